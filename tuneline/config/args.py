@@ -1,0 +1,183 @@
+"""Typed argument groups. Key names and defaults follow LLaMA-Factory so its YAML files work unchanged.
+
+Every field carries `help`; fields with a closed set of values carry `choices`. HF `TrainingArguments`
+keys are not repeated here: they live in `training_keys.py` and pass through to transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def arg(default: Any = None, help: str = "", choices: tuple | None = None) -> Any:
+    meta = {"help": help}
+    if choices:
+        meta["choices"] = choices
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto")
+FINETUNING_TYPES = ("lora", "freeze", "full")
+PREF_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")
+
+
+@dataclass
+class ModelArgs:
+    # --- what to load
+    model_name_or_path: str | None = arg(None, "Local folder or hub id of the base model.")
+    adapter_name_or_path: str | None = arg(None, "Comma-separated LoRA adapters loaded (and merged) first.")
+    adapter_folder: str | None = arg(None, "Folder holding adapter weights to load.")
+    cache_dir: str | None = arg(None, "Where hub downloads go (LLaMA-Factory's meaning).")
+    model_revision: str = arg("main", "Branch, tag or commit of the hub model.")
+    hf_hub_token: str | None = arg(None, "Token for gated hub models (masked in MLflow).")
+    trust_remote_code: bool = arg(False, "Run the model repo's own Python code; off unless you trust it.")
+    use_fast_tokenizer: bool = arg(True, "Use the tokenizers-backed fast tokenizer.")
+    resize_vocab: bool = arg(False, "Resize embeddings to the tokenizer's vocabulary.")
+    split_special_tokens: bool = arg(False, "Tokenize special tokens as plain text.")
+    add_special_tokens: str | None = arg(None, "Comma-separated special tokens to add.")
+    low_cpu_mem_usage: bool = arg(True, "Load weights without a second full copy in memory.")
+    # --- how to compute
+    attn_implementation: str = arg("sdpa", "Attention kernel.", ("eager", "sdpa", "flash_attention_2"))
+    flash_attn: str = arg("auto", "LLaMA-Factory's attention switch; maps onto attn_implementation.",
+                          ("auto", "disabled", "sdpa", "fa2"))
+    disable_gradient_checkpointing: bool = arg(False, "LLaMA-Factory's switch; see gradient_checkpointing.")
+    infer_dtype: str = arg("auto", "Dtype for inference.", ("auto", "float16", "bfloat16", "float32"))
+    quantization_bit: int | None = arg(None, "QLoRA: 4 or 8 bit base weights via bitsandbytes (CUDA only).",
+                                       (4, 8))
+    quantization_method: str = arg("bnb", "Quantization backend.", ("bnb",))
+    quantization_type: str = arg("nf4", "4-bit data type.", ("fp4", "nf4"))
+    double_quantization: bool = arg(True, "Quantize the quantization constants too.")
+    # --- export
+    export_dir: str | None = arg(None, "Where `tuneline export` writes the merged model.")
+    export_size: int = arg(5, "Shard size of the exported model, in GB.")
+    export_device: str = arg("cpu", "Device used to merge for export.", ("cpu", "auto"))
+    export_legacy_format: bool = arg(False, "Save .bin files instead of safetensors.")
+
+
+@dataclass
+class DataArgs:
+    dataset: str | None = arg(None, "Comma-separated dataset names from dataset_info.json.")
+    eval_dataset: str | None = arg(None, "Comma-separated evaluation dataset names.")
+    dataset_dir: str = arg("data", "Folder holding dataset_info.json and the data files.")
+    template: str | None = arg(None, "Chat template name; unset or 'auto' uses the tokenizer's own.")
+    cutoff_len: int = arg(2048, "Maximum tokens per example after tokenization.")
+    train_on_prompt: bool = arg(False, "Compute loss on prompt tokens too.")
+    mask_history: bool = arg(False, "Train only on the last assistant turn.")
+    streaming: bool = arg(False, "Stream the dataset instead of loading it whole.")
+    buffer_size: int = arg(16384, "Shuffle buffer when streaming.")
+    mix_strategy: str = arg("concat", "How several datasets mix.", ("concat", "interleave_under", "interleave_over"))
+    interleave_probs: str | None = arg(None, "Comma-separated sampling probabilities for interleaving.")
+    overwrite_cache: bool = arg(False, "Rebuild the tokenized dataset even on a cache hit.")
+    preprocessing_batch_size: int = arg(1000, "Rows per tokenization batch.")
+    preprocessing_num_workers: int | None = arg(None, "Processes used to tokenize.")
+    max_samples: int | None = arg(None, "Keep at most this many rows of each dataset (debugging).")
+    ignore_pad_token_for_loss: bool = arg(True, "Never count pad tokens in the loss.")
+    val_size: float = arg(0.0, "Held-out split: a fraction in (0, 1) or a row count >= 1.")
+    packing: bool | None = arg(None, "Pack several examples per sequence without cross-attention.")
+    neat_packing: bool = arg(False, "LLaMA-Factory's leak-free packing switch (tuneline packs leak-free always).")
+    tool_format: str | None = arg(None, "Tool-call format of the template.")
+    default_system: str | None = arg(None, "System prompt used when a row has none.")
+    tokenized_path: str | None = arg(None, "Explicit location of the tokenized-dataset cache entry.")
+    on_bad_rows: str = arg("stop", "Malformed rows: stop with an error, or skip and report.", ("stop", "skip"))
+    pad_to_multiple_of: int | None = arg(None, "Pad batches to a multiple of this (e.g. 8 for tensor cores).")
+
+
+@dataclass
+class FinetuningArgs:
+    stage: str = arg("sft", "Training stage.", STAGES)
+    finetuning_type: str = arg("lora", "Which parameters train.", FINETUNING_TYPES)
+    plot_loss: bool = arg(False, "Save loss curves (tuneline always plots in the flow).")
+    compute_accuracy: bool = arg(False, "Report token accuracy during sft evaluation.")
+    early_stopping_steps: int | None = arg(None, "Stop after this many evaluations without improvement.")
+    disable_shuffling: bool = arg(False, "Keep dataset order.")
+    include_effective_tokens_per_second: bool = arg(False, "Report tokens/s over non-padding tokens.")
+    # --- LoRA
+    lora_rank: int = arg(8, "LoRA rank.")
+    lora_alpha: int | None = arg(None, "LoRA scale numerator; default 2 * lora_rank.")
+    lora_dropout: float = arg(0.0, "Dropout on the LoRA path.")
+    lora_target: str = arg("all", "Comma-separated module names, or 'all' linear layers.")
+    additional_target: str | None = arg(None, "Modules trained fully and saved beside the adapter.")
+    use_rslora: bool = arg(False, "Rank-stabilised LoRA scaling.")
+    use_dora: bool = arg(False, "Weight-decomposed LoRA.")
+    create_new_adapter: bool = arg(False, "Train a fresh adapter on top of loaded ones.")
+    loraplus_lr_ratio: float | None = arg(None, "LoRA+: learning-rate ratio of B over A.")
+    loraplus_lr_embedding: float = arg(1e-6, "LoRA+: learning rate of embedding adapters.")
+    pissa_init: bool = arg(False, "PiSSA initialisation of the adapter.")
+    pissa_iter: int = arg(16, "Fast-SVD iterations for PiSSA; -1 for exact SVD.")
+    pissa_convert: bool = arg(False, "Save the PiSSA adapter as a plain LoRA adapter on the original weights.")
+    # --- freeze
+    freeze_trainable_layers: int = arg(2, "Trainable layers: last n if positive, first n if negative.")
+    freeze_trainable_modules: str = arg("all", "Comma-separated module names trained in those layers.")
+    freeze_extra_modules: str | None = arg(None, "Modules outside the layers that also train.")
+    # --- BAdam
+    use_badam: bool = arg(False, "Block-coordinate-descent full tuning via the badam package.")
+    badam_mode: str = arg("layer", "Which BAdam optimizer.", ("layer", "ratio"))
+    badam_start_block: int | None = arg(None, "First block in layer mode.")
+    badam_switch_mode: str = arg("ascending", "Block order.", ("ascending", "descending", "random", "fixed"))
+    badam_switch_interval: int = arg(50, "Steps between block switches; -1 disables.")
+    badam_update_ratio: float = arg(0.05, "Ratio of parameters updated in ratio mode.")
+    badam_mask_mode: str = arg("adjacent", "Mask layout in ratio mode.", ("adjacent", "scatter"))
+    badam_verbose: int = arg(0, "BAdam log level.")
+    # --- preference and RLHF
+    pref_beta: float = arg(0.1, "Preference-loss temperature.")
+    pref_ftx: float = arg(0.0, "Weight of the SFT loss added to the preference loss.")
+    pref_loss: str = arg("sigmoid", "DPO-family loss.", PREF_LOSSES)
+    dpo_label_smoothing: float = arg(0.0, "cDPO label smoothing in [0, 0.5).")
+    kto_chosen_weight: float = arg(1.0, "KTO weight of desirable examples.")
+    kto_rejected_weight: float = arg(1.0, "KTO weight of undesirable examples.")
+    simpo_gamma: float = arg(0.5, "SimPO target reward margin.")
+    ref_model: str | None = arg(None, "Reference model path; default: the policy without adapter, or a copy.")
+    ref_model_adapters: str | None = arg(None, "Adapters applied to ref_model.")
+    ref_model_quantization_bit: int | None = arg(None, "Quantize the reference model.", (4, 8))
+    precompute_ref: bool | None = arg(None, "Compute reference log-probs once and cache them (dpo/kto default).")
+    reward_model: str | None = arg(None, "Reward model for PPO: a full model or a LoRA adapter.")
+    reward_model_adapters: str | None = arg(None, "Adapters applied to reward_model.")
+    reward_model_type: str = arg("lora", "How reward_model is given.", ("lora", "full"))
+    ppo_buffer_size: int = arg(1, "Mini-batches per PPO optimisation step.")
+    ppo_epochs: int = arg(4, "PPO epochs per rollout batch.")
+    ppo_score_norm: bool = arg(False, "Normalise rewards.")
+    ppo_target: float = arg(6.0, "Target KL for adaptive KL control.")
+    ppo_whiten_rewards: bool = arg(False, "Whiten rewards before advantages.")
+
+
+@dataclass
+class GeneratingArgs:
+    do_sample: bool = arg(True, "Sample instead of greedy decoding.")
+    temperature: float = arg(0.95, "Sampling temperature.")
+    top_p: float = arg(0.7, "Nucleus sampling mass.")
+    top_k: int = arg(50, "Top-k sampling.")
+    num_beams: int = arg(1, "Beam search width.")
+    max_length: int = arg(1024, "Maximum total length when max_new_tokens is unset.")
+    max_new_tokens: int = arg(1024, "Maximum generated tokens.")
+    repetition_penalty: float = arg(1.0, "Penalty on repeated tokens.")
+    length_penalty: float = arg(1.0, "Beam-search length penalty.")
+    skip_special_tokens: bool = arg(True, "Drop special tokens when decoding.")
+
+
+@dataclass
+class PipelineArgs:
+    """tuneline's own keys; names chosen not to collide with LLaMA-Factory's or transformers'."""
+
+    run_name: str | None = arg(None, "Human name of the run; default '<stage>-<type> <model> <dataset>'.")
+    pipeline_cache_dir: str = arg(".tuneline/cache", "Where cached step results (datasets, logps, evals) live.")
+    refresh_cache: bool = arg(False, "Rerun every step even where a cached result exists.")
+    mlflow_tracking_uri: str | None = arg(None, "MLflow store; default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.")
+    mlflow_experiment: str | None = arg(None, "MLflow experiment; default '<stage>-<model name>'.")
+    mlflow_registered_model: str | None = arg(None, "Register the final model under this name.")
+    mlflow_log_checkpoints: bool = arg(False, "Log each complete checkpoint to MLflow.")
+    eval_max_samples: int = arg(64, "Generated answers scored by `evaluate` (exact match, ROUGE, BLEU).")
+    eval_max_new_tokens: int = arg(32, "Tokens generated per answer by `evaluate`.")
+    num_processes: int | None = arg(None, "Training processes; default one per GPU, or 1 on CPU.")
+    accelerate_config: str | None = arg(None, "An accelerate config file (e.g. FSDP) passed to the launcher.")
+
+
+GROUPS: dict[str, type] = {
+    "model": ModelArgs,
+    "data": DataArgs,
+    "finetuning": FinetuningArgs,
+    "generating": GeneratingArgs,
+    "pipeline": PipelineArgs,
+}

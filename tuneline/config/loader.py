@@ -1,0 +1,124 @@
+"""Read a run config from YAML plus `key=value` overrides, and report every problem at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuneline.config.args import GROUPS
+from tuneline.config.coerce import coerce
+from tuneline.config.run_config import RunConfig
+from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
+from tuneline.config.validate import check_combinations
+from tuneline.errors import ConfigError, did_you_mean
+
+
+def _group_fields() -> dict[str, tuple[str, dataclasses.Field, Any]]:
+    table = {}
+    for group, cls in GROUPS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            table[f.name] = (group, f, hints[f.name])
+    return table
+
+
+GROUP_FIELDS = _group_fields()
+ALL_KEYS = set(GROUP_FIELDS) | set(TRAINING_KEYS) | set(UNSUPPORTED_KEYS)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`key=value` strings, values typed as YAML types them."""
+    out, problems = {}, []
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            problems.append(f"override '{pair}' is not of the form key=value")
+            continue
+        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+    if problems:
+        raise ConfigError(problems, source="overrides")
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"'{path}' is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"'{path}' must hold a mapping of key: value, not {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None,
+                check_paths: bool = True) -> RunConfig:
+    """Parse, type and validate a config; raise ConfigError listing every problem."""
+    raw = read_yaml(path) if path else {}
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    raw.update(overrides or {})
+    source = str(path) if path else None
+    values: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
+    training: dict[str, Any] = dict(TRAINING_DEFAULTS)
+    problems: list[str] = []
+    for key, value in raw.items():
+        if key in GROUP_FIELDS:
+            group, fld, annotation = GROUP_FIELDS[key]
+            converted, problem = coerce(key, value, annotation, fld.metadata.get("choices"))
+            values[group][key] = converted
+        elif key in TRAINING_KEYS:
+            converted, problem = coerce(key, value, TRAINING_KEYS[key])
+            training[key] = converted
+        elif key in UNSUPPORTED_KEYS:
+            problem = None if not value or value == UNSUPPORTED_KEYS[key] else (
+                f"'{key}: {value}' is a LLaMA-Factory option tuneline does not support; remove it")
+        else:
+            problem = f"unknown key '{key}'{did_you_mean(key, ALL_KEYS)}"
+        if problem:
+            problems.append(problem)
+    config = RunConfig(**{g: GROUPS[g](**v) for g, v in values.items()}, training=training, source=source)
+    _fill_derived(config)
+    problems += check_combinations(config, check_paths=check_paths)
+    if problems:
+        raise ConfigError(problems, source=source)
+    return config
+
+
+def _fill_derived(config: RunConfig) -> None:
+    """Defaults that depend on other keys."""
+    ft, tr = config.finetuning, config.training
+    if ft.lora_alpha is None:
+        ft.lora_alpha = ft.lora_rank * 2
+    if not tr.get("output_dir"):
+        tr["output_dir"] = str(Path("saves") / f"{config.model_short_name}-{ft.stage}-{ft.finetuning_type}")
+    if config.model.flash_attn == "fa2":
+        config.model.attn_implementation = "flash_attention_2"
+    elif config.model.flash_attn in ("sdpa", "disabled"):
+        config.model.attn_implementation = "sdpa" if config.model.flash_attn == "sdpa" else "eager"
+    if config.model.disable_gradient_checkpointing:
+        tr["gradient_checkpointing"] = False
+    if config.pipeline.mlflow_tracking_uri is None:
+        config.pipeline.mlflow_tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    if ft.precompute_ref is None:
+        ft.precompute_ref = ft.stage in ("dpo", "kto") and ft.pref_loss not in ("orpo", "simpo")
+
+
+def dump_config(config: RunConfig, path: str | Path) -> Path:
+    """Write the resolved config as flat YAML (written to a temp name, then renamed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    header = f"# resolved by tuneline from {config.source or 'overrides'}; run with: tuneline train {path}\n"
+    tmp.write_text(header + yaml.safe_dump(config.flat(), sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+

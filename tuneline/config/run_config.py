@@ -1,0 +1,77 @@
+"""The resolved config of one run: typed groups plus HF TrainingArguments keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneline.config.args import DataArgs, FinetuningArgs, GeneratingArgs, ModelArgs, PipelineArgs
+
+SECRET_KEYS = re.compile(r"(token|secret|password|api_key)", re.IGNORECASE)
+
+
+@dataclass
+class RunConfig:
+    model: ModelArgs
+    data: DataArgs
+    finetuning: FinetuningArgs
+    generating: GeneratingArgs
+    pipeline: PipelineArgs
+    training: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None
+
+    # --- views
+    def flat(self) -> dict[str, Any]:
+        """Every key in one flat mapping, as a user would write it in YAML."""
+        out: dict[str, Any] = {}
+        for group in (self.model, self.data, self.finetuning, self.generating, self.pipeline):
+            out.update(dataclasses.asdict(group))
+        out.update(self.training)
+        return out
+
+    def masked(self) -> dict[str, Any]:
+        """`flat()` with secrets masked, for MLflow params and logs."""
+        return {k: ("***" if v and SECRET_KEYS.search(k) else v) for k, v in self.flat().items()}
+
+    def slice(self, *keys: str) -> dict[str, Any]:
+        """The named keys only: the part of the config that matters to one step's fingerprint."""
+        flat = self.flat()
+        return {k: flat.get(k) for k in sorted(keys)}
+
+    # --- derived names
+    @property
+    def stage(self) -> str:
+        return self.finetuning.stage
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.training["output_dir"])
+
+    @property
+    def model_short_name(self) -> str:
+        return Path(str(self.model.model_name_or_path).rstrip("/")).name
+
+    @property
+    def dataset_names(self) -> list[str]:
+        return split_names(self.data.dataset)
+
+    @property
+    def eval_dataset_names(self) -> list[str]:
+        return split_names(self.data.eval_dataset)
+
+    @property
+    def run_name(self) -> str:
+        if self.pipeline.run_name:
+            return self.pipeline.run_name
+        return f"{self.stage}-{self.finetuning.finetuning_type} {self.model_short_name} {self.data.dataset}"
+
+    @property
+    def experiment_name(self) -> str:
+        return self.pipeline.mlflow_experiment or f"{self.stage}-{self.model_short_name}"
+
+
+def split_names(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]

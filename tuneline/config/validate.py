@@ -1,0 +1,82 @@
+"""Checks that span several keys or touch the file system. Each returns problems, never raises."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tuneline.config.run_config import RunConfig
+from tuneline.errors import did_you_mean
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_combinations(config: RunConfig, check_paths: bool = True) -> list[str]:
+    problems = _check_keys(config)
+    if check_paths:
+        problems += check_model_path(config.model.model_name_or_path, "model_name_or_path")
+        problems += check_datasets(config)
+    return problems
+
+
+def _check_keys(config: RunConfig) -> list[str]:
+    ft, tr, data = config.finetuning, config.training, config.data
+    problems = []
+    if not config.model.model_name_or_path:
+        problems.append("'model_name_or_path' is required: a local model folder or a hub id")
+    if tr.get("fp16") and tr.get("bf16"):
+        problems.append("'fp16' and 'bf16' are both true; choose one")
+    if ft.stage == "ppo" and not ft.reward_model:
+        problems.append("'stage: ppo' needs 'reward_model' (a reward model path or adapter trained with stage: rm)")
+    if ft.pref_loss in ("orpo", "simpo") and ft.ref_model and ft.stage == "dpo":
+        problems.append(f"'pref_loss: {ft.pref_loss}' uses no reference model; remove 'ref_model'")
+    if ft.use_badam and ft.finetuning_type != "full":
+        problems.append(f"'use_badam' trains full parameters; it conflicts with 'finetuning_type: {ft.finetuning_type}'")
+    if ft.pissa_init and ft.finetuning_type != "lora":
+        problems.append("'pissa_init' needs 'finetuning_type: lora'")
+    if not 0 <= ft.dpo_label_smoothing < 0.5:
+        problems.append(f"'dpo_label_smoothing' is {ft.dpo_label_smoothing}; allowed: 0 <= value < 0.5")
+    if ft.lora_rank < 1:
+        problems.append(f"'lora_rank' is {ft.lora_rank}; it must be at least 1")
+    if data.cutoff_len < 2:
+        problems.append(f"'cutoff_len' is {data.cutoff_len}; it must be at least 2")
+    if data.val_size < 0 or (data.val_size > 1 and not float(data.val_size).is_integer()):
+        problems.append(f"'val_size' is {data.val_size}; use a fraction in (0, 1) or a whole row count")
+    if tr.get("do_train", True) and not data.dataset and ft.stage != "ppo":
+        problems.append("'dataset' is required for training: name one or more entries of dataset_info.json")
+    if tr.get("load_best_model_at_end") and not tr.get("metric_for_best_model") and not data.val_size \
+            and not data.eval_dataset:
+        problems.append("'load_best_model_at_end' needs an evaluation split: set 'val_size' or 'eval_dataset'")
+    return problems
+
+
+def check_model_path(value: str | None, key: str) -> list[str]:
+    """A local path must exist; something shaped like `org/name` is taken as a hub id."""
+    if not value or Path(value).expanduser().exists():
+        return []
+    if HUB_ID.match(value) and not value.startswith((".", "/", "~")):
+        return []
+    return [f"'{key}' path '{value}' does not exist (nor is it a hub id like 'org/name')"]
+
+
+def check_datasets(config: RunConfig) -> list[str]:
+    names = config.dataset_names + config.eval_dataset_names
+    if not names:
+        return []
+    info_path = Path(config.data.dataset_dir) / "dataset_info.json"
+    if not info_path.is_file():
+        return [f"'dataset_dir' has no dataset_info.json: '{info_path}' does not exist"]
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        return [f"'{info_path}' is not valid JSON: {exc}"]
+    problems = []
+    for name in names:
+        if name not in info:
+            problems.append(f"dataset '{name}' is not in {info_path}{did_you_mean(name, info)}")
+            continue
+        file_name = info[name].get("file_name")
+        if file_name and not (Path(config.data.dataset_dir) / file_name).exists():
+            problems.append(f"dataset '{name}': file '{Path(config.data.dataset_dir) / file_name}' does not exist")
+    return problems

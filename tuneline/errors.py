@@ -1,0 +1,53 @@
+"""The one error type a user can cause, and how it is shown.
+
+Anything a user can fix (config keys, data rows, paths) raises `UserError` with every problem found,
+so the CLI prints one message and exits with code 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class UserError(Exception):
+    """A problem the user can fix; carries every problem found, not just the first."""
+
+    exit_code = 2
+
+    def __init__(self, problems: str | Iterable[str], title: str = "tuneline cannot start"):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.title = title
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        if len(self.problems) == 1:
+            return f"{self.title}: {self.problems[0]}"
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        return f"{self.title} ({len(self.problems)} problems):\n{lines}"
+
+
+class ConfigError(UserError):
+    """Bad keys, values or combinations in a run config."""
+
+    def __init__(self, problems: str | Iterable[str], source: str | None = None):
+        title = f"invalid config {source}" if source else "invalid config"
+        super().__init__(problems, title=title)
+
+
+class DataError(UserError):
+    """Bad dataset rows, files or registry entries."""
+
+    def __init__(self, problems: str | Iterable[str]):
+        super().__init__(problems, title="invalid dataset")
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The most similar valid name, for 'did you mean' hints."""
+    found = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    hint = closest(name, candidates)
+    return f"; did you mean '{hint}'?" if hint else ""

@@ -1,0 +1,72 @@
+"""Step results stored by fingerprint: `<pipeline_cache_dir>/<step>/<fingerprint>/`, complete or absent.
+
+A step writes into a temporary sibling folder and renames it into place when whole, then drops a `COMPLETE`
+marker holding its small reference. A folder without the marker is never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+MARKER = "COMPLETE"
+
+
+def entry_dir(cache_dir: str | Path, step: str, key: str) -> Path:
+    return Path(cache_dir) / step / key
+
+
+def is_complete(path: str | Path) -> bool:
+    return (Path(path) / MARKER).is_file()
+
+
+def read_reference(path: str | Path) -> dict[str, Any] | None:
+    marker = Path(path) / MARKER
+    if not marker.is_file():
+        return None
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+@contextmanager
+def writing(final: str | Path):
+    """Yield a temporary folder; on success it replaces `final` whole. On error it is removed."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def cached_step(cache_dir: str | Path, step: str, key: str, build: Callable[[Path], dict[str, Any]],
+                refresh: bool = False, location: str | Path | None = None) -> dict[str, Any]:
+    """Return the stored reference for (step, key), building it into a fresh folder on a miss.
+
+    `build(folder)` writes the result into `folder` and returns a small JSON-able reference; the returned
+    reference gains `path` and `fingerprint`. `location` overrides where the entry lives.
+    """
+    final = Path(location) if location else entry_dir(cache_dir, step, key)
+    if not refresh:
+        ref = read_reference(final)
+        if ref is not None and ref.get("fingerprint") == key:
+            return {**ref, "path": str(final), "cache_hit": True}
+    with writing(final) as tmp:
+        ref = dict(build(tmp))
+        ref.update(fingerprint=key, step=step)
+        (tmp / MARKER).write_text(json.dumps(ref, sort_keys=True, default=str))
+    return {**ref, "path": str(final), "cache_hit": False}
