@@ -26,7 +26,8 @@ def _base_types(annotation: Any) -> tuple[tuple[type, ...], bool]:
 def coerce(key: str, value: Any, annotation: Any, choices: tuple | None = None) -> tuple[Any, str | None]:
     """Return (value, None) or (None, problem) for `key: value` declared as `annotation`."""
     allowed, nullable = _base_types(annotation)
-    if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~") and str not in allowed):
+    textual_null = isinstance(value, str) and value.lower() in ("null", "none", "~")
+    if value is None or (textual_null and str not in allowed and object not in allowed):
         return (None, None) if nullable or object in allowed else (None, f"'{key}' must not be empty")
     if object in allowed:
         return value, None

@@ -73,10 +73,12 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
         if key in GROUP_FIELDS:
             group, fld, annotation = GROUP_FIELDS[key]
             converted, problem = coerce(key, value, annotation, fld.metadata.get("choices"))
-            values[group][key] = converted
+            if not problem:
+                values[group][key] = converted
         elif key in TRAINING_KEYS:
             converted, problem = coerce(key, value, TRAINING_KEYS[key])
-            training[key] = converted
+            if not problem:
+                training[key] = converted
         elif key in UNSUPPORTED_KEYS:
             problem = None if not value or value == UNSUPPORTED_KEYS[key] else (
                 f"'{key}: {value}' is a LLaMA-Factory option tuneline does not support; remove it")

@@ -1,0 +1,36 @@
+"""Prefect artifacts shown on each flow run: summary, evaluation table, loss plot."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from tuneline.config import RunConfig
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval: dict, tuned_eval: dict,
+                          plots: list[str]) -> None:
+    base, tuned = base_eval.get("metrics", {}), tuned_eval.get("metrics", {})
+    rows = [{"metric": k, "base": _fmt(base.get(k, "")), "tuned": _fmt(tuned.get(k, ""))}
+            for k in sorted(set(base) | set(tuned))]
+    create_table_artifact(rows, key="evaluation", description="evaluation before vs after training")
+    table = "\n".join(f"| {r['metric']} | {r['base']} | {r['tuned']} |" for r in rows)
+    link = f"[{run['run_id']}]({run['url']})" if run.get("url") else run["run_id"]
+    summary = (
+        f"# {config.run_name}\n\n| | |\n|---|---|\n| stage | {config.stage} |\n"
+        f"| finetuning | {config.finetuning.finetuning_type} |\n| model | {config.model.model_name_or_path} |\n"
+        f"| dataset | {config.data.dataset} (`{dataset['fingerprint'][:12]}`, {dataset.get('train_rows')} rows) |\n"
+        f"| MLflow run | {link} |\n\n## Evaluation\n\n| metric | base | tuned |\n|---|---|---|\n{table}\n"
+    )
+    create_markdown_artifact(summary, key="run-summary", description="what ran and how it scored")
+    loss = next((p for p in plots if Path(p).name == "training_loss.png"), plots[0] if plots else None)
+    if loss and Path(loss).is_file():
+        data = base64.b64encode(Path(loss).read_bytes()).decode("ascii")
+        create_markdown_artifact(f"![loss curve](data:image/png;base64,{data})\n\n`{loss}`", key="loss-plot",
+                                 description="training loss")

@@ -1,0 +1,99 @@
+"""The `tuneline` command.
+
+    tuneline train examples/sft_lora_demo.yaml learning_rate=5e-5 max_steps=20 [--no-cache]
+    tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
+    tuneline tiny-model OUT_DIR [--preset demo]   tuneline export CONFIG [key=value ...]
+
+It lives in flows/ because `train` starts a Prefect flow and the library below never imports Prefect.
+Heavy imports (prefect, torch, transformers) wait until the chosen command needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from tuneline.config import load_config
+from tuneline.errors import UserError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tuneline", description="LLM fine-tuning as cached Prefect flows")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in [("train", "run the fine-tuning flow"), ("validate", "check a config and exit"),
+                            ("preview", "show encoded examples with prompt and label spans"),
+                            ("export", "merge LoRA adapters and save a standalone model")]:
+        cmd = sub.add_parser(name, help=help_text)
+        cmd.add_argument("config", help="YAML config (LLaMA-Factory keys plus tuneline's)")
+        cmd.add_argument("overrides", nargs="*", help="key=value, typed as in YAML")
+        if name == "train":
+            cmd.add_argument("--no-cache", action="store_true", help="rerun every step (refresh_cache=true)")
+        if name == "preview":
+            cmd.add_argument("-n", type=int, default=2, help="examples to show")
+    tiny = sub.add_parser("tiny-model", help="build the offline tiny Llama and tokenizer")
+    tiny.add_argument("out_dir")
+    tiny.add_argument("--preset", default="demo", help="size preset (see tuneline.tiny_model.TINY_PRESETS)")
+    tiny.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def _train(args) -> int:
+    overrides = list(args.overrides) + (["refresh_cache=true"] if args.no_cache else [])
+    load_config(args.config, overrides)  # fail fast, before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.finetune import finetune
+
+    result = finetune(args.config, overrides)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def _validate(args) -> int:
+    config = load_config(args.config, args.overrides)
+    print(f"{args.config}: valid ({config.run_name}; output_dir {config.output_dir})")
+    return 0
+
+
+def _preview(args) -> int:
+    from tuneline.data import preview
+
+    print(preview(load_config(args.config, args.overrides), n=args.n))
+    return 0
+
+
+def _export(args) -> int:
+    from tuneline.export import export_model
+
+    print(export_model(load_config(args.config, args.overrides)))
+    return 0
+
+
+def _tiny_model(args) -> int:
+    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+
+    if args.preset not in TINY_PRESETS:
+        raise UserError(f"unknown preset '{args.preset}'; choose one of {', '.join(TINY_PRESETS)}")
+    print(build_tiny_model(args.out_dir, seed=args.seed, **TINY_PRESETS[args.preset]))
+    return 0
+
+
+COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export,
+            "tiny-model": _tiny_model}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"error: {exc.format()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: run the same command again to resume from the last checkpoint", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

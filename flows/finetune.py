@@ -1,0 +1,56 @@
+"""The fine-tuning flow: seven cached steps, one MLflow run per piece of work.
+
+    python -m flows.finetune examples/sft_lora_demo.yaml learning_rate=5e-5   (or: tuneline train ...)
+
+Re-running with the same inputs skips every finished step; a killed run started again resumes `train` from
+its last checkpoint in the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from prefect import flow, runtime
+
+import tasks
+from flows.artifacts import publish_run_artifacts
+from tuneline.config import RunConfig, load_config
+from tuneline.pipeline import keys, record
+
+
+def _flow_run_name() -> str:
+    params = runtime.flow_run.parameters
+    return load_config(params["config_path"], params.get("overrides"), check_paths=False).run_name
+
+
+def _with_cache(config: RunConfig, task):
+    """Results live under pipeline_cache_dir; `refresh_cache` reruns steps even on a key hit."""
+    storage = Path(config.pipeline.pipeline_cache_dir).resolve() / "prefect-results"
+    return task.with_options(result_storage=storage, refresh_cache=config.pipeline.refresh_cache or None)
+
+
+@flow(name="finetune", flow_run_name=_flow_run_name, log_prints=True)
+def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
+    config = load_config(config_path, overrides)
+    step = {name: _with_cache(config, getattr(tasks, name)) for name in tasks.__all__}
+    run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, runtime.flow_run.ui_url)
+
+    tokenizer = step["load_tokenizer"](config)
+    dataset = step["build_dataset"](config, tokenizer)
+    reference = step["build_reference_model"](config, dataset)
+    trained = step["train"](config, dataset, reference, run)
+    base_eval = step["evaluate"].with_options(task_run_name="evaluate base")(config, dataset)
+    tuned_eval = step["evaluate"].with_options(task_run_name="evaluate tuned")(config, dataset, trained)
+    plots = step["plot"](config, trained, run)
+    card = step["model_card"](config, trained, base_eval, tuned_eval, plots, dataset, run)
+
+    version = record.record_results(run, config, base_eval, tuned_eval, trained)
+    publish_run_artifacts(config, run, dataset, base_eval, tuned_eval, plots)
+    return {"output_dir": trained["output_dir"], "mlflow_run_id": run["run_id"], "model_card": card,
+            "base": base_eval.get("metrics", {}), "tuned": tuned_eval.get("metrics", {}),
+            "registered_version": version}
+
+
+if __name__ == "__main__":
+    finetune(sys.argv[1], sys.argv[2:])

@@ -1,0 +1,17 @@
+from prefect import task
+
+from tasks.caching import content_key
+from tuneline.config import RunConfig
+from tuneline.pipeline import keys
+from tuneline.pipeline.steps import reference_complete
+
+
+@task(name="build-reference-model", task_run_name="build-reference-model {config.finetuning.stage}",
+      cache_key_fn=content_key(lambda config, dataset: keys.reference_key(config, dataset["fingerprint"]),
+                               lambda key, config, dataset: reference_complete(config, key)),
+      persist_result=True)
+def build_reference_model(config: RunConfig, dataset: dict) -> dict:
+    """Precompute reference log-probs once per (reference model, data); says so when the stage needs none."""
+    from tuneline.reference import build_reference_logps
+
+    return build_reference_logps(config, dataset)

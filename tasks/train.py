@@ -1,0 +1,32 @@
+from prefect import get_run_logger, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+from tasks.caching import content_key
+from tuneline.config import RunConfig
+from tuneline.pipeline import keys
+from tuneline.pipeline.record import record_training
+from tuneline.pipeline.train_step import train_model, training_complete
+
+
+def _train_key(config: RunConfig, dataset: dict, reference: dict, run: dict) -> str:
+    return keys.train_key(config, dataset["fingerprint"], reference["fingerprint"])
+
+
+@task(name="train", tags=["gpu"], retries=1, retry_delay_seconds=5, persist_result=True,
+      task_run_name="train {config.finetuning.stage}-{config.finetuning.finetuning_type}",
+      cache_key_fn=content_key(_train_key, lambda key, config, **_: training_complete(config.output_dir, key)))
+def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
+    """Launch (or resume) training in a subprocess; Prefect retries launch again and the child resumes."""
+    logger = get_run_logger()
+    progress = create_progress_artifact(progress=0.0, key="training-progress", description="training progress")
+
+    def on_progress(entry: dict) -> None:
+        if entry.get("percentage") is not None:
+            update_progress_artifact(progress, float(entry["percentage"]))
+
+    key = _train_key(config, dataset, reference, run)
+    result = train_model(config, dataset, reference, key, run.get("run_id"), run.get("tracking_uri"),
+                         on_line=logger.info, on_progress=on_progress)
+    update_progress_artifact(progress, 100.0)
+    record_training(run, config, result)
+    return result

@@ -1,0 +1,116 @@
+"""Config parsing: LLaMA-Factory keys, overrides, and one clear message for every kind of bad config."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.cli import main as cli_main
+from tuneline.config import dump_config, load_config, parse_overrides
+from tuneline.errors import ConfigError
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "llamafactory"
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems_of(tmp_path, text: str, overrides=None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), overrides, check_paths=False)
+    return str(caught.value)
+
+
+BASE = "model_name_or_path: org/model\ndataset: demo_sft\n"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.yaml")))
+def test_llamafactory_yaml_parses_unchanged(name):
+    config = load_config(FIXTURES / name, check_paths=False)
+    raw = yaml.safe_load((FIXTURES / name).read_text())
+    assert config.stage == raw["stage"]
+    assert config.training["learning_rate"] == pytest.approx(float(raw["learning_rate"]))
+    assert config.training["gradient_accumulation_steps"] == raw["gradient_accumulation_steps"]
+    assert config.finetuning.lora_rank == raw["lora_rank"]
+    assert config.finetuning.lora_alpha == 2 * raw["lora_rank"]  # LLaMA-Factory's default
+    assert config.training["overwrite_output_dir"] is True
+
+
+def test_values_typed_and_groups_filled(tmp_path):
+    config = load_config(write(tmp_path, BASE + "learning_rate: 5e-5\ncutoff_len: 256\nbf16: true\n"),
+                         check_paths=False)
+    assert config.training["learning_rate"] == 5e-5  # PyYAML reads 5e-5 as a string
+    assert config.data.cutoff_len == 256 and config.training["bf16"] is True
+    assert config.model.model_name_or_path == "org/model"
+    assert config.run_name == "sft-lora model demo_sft"
+
+
+def test_overrides_typed_like_yaml(tmp_path):
+    config = load_config(write(tmp_path, BASE), ["learning_rate=5e-5", "max_steps=20", "packing=true"],
+                         check_paths=False)
+    assert config.training["max_steps"] == 20 and config.data.packing is True
+    assert parse_overrides(["a=1", "b=x,y", "c="]) == {"a": 1, "b": "x,y", "c": None}
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["nonsense"])
+
+
+def test_unknown_key_suggests_closest(tmp_path):
+    message = problems_of(tmp_path, BASE + "lora_rnak: 8\n")
+    assert "unknown key 'lora_rnak'; did you mean 'lora_rank'?" in message
+
+
+def test_wrong_type_and_value_name_key_and_allowed(tmp_path):
+    message = problems_of(tmp_path, BASE + "cutoff_len: long\nstage: sf\nfinetuning_type: qlora\n")
+    assert "'cutoff_len' is 'long'" in message and "integer" in message
+    assert "'stage' is 'sf'; allowed values: pt, sft, rm, ppo, dpo, kto" in message
+    assert "'finetuning_type' is 'qlora'" in message
+    assert "3 problems" in message  # all reported at once
+
+
+def test_contradictions_name_both_keys(tmp_path):
+    message = problems_of(tmp_path, BASE + "fp16: true\nbf16: true\nstage: ppo\n")
+    assert "'fp16' and 'bf16' are both true" in message
+    assert "'stage: ppo' needs 'reward_model'" in message
+    assert "uses no reference model" in problems_of(tmp_path, BASE + "stage: dpo\npref_loss: orpo\nref_model: x/y\n")
+
+
+def test_missing_model_and_dataset_paths_named(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "dataset_info.json").write_text('{"demo_sft": {"file_name": "missing.json"}}')
+    text = f"model_name_or_path: ./no/such/model\ndataset: demo_sft,demo_sfx\ndataset_dir: {data_dir}\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    message = str(caught.value)
+    assert "'./no/such/model' does not exist" in message
+    assert f"file '{data_dir / 'missing.json'}' does not exist" in message
+    assert "dataset 'demo_sfx' is not in" in message and "did you mean 'demo_sft'" in message
+
+
+def test_unsupported_llamafactory_option_is_refused_only_when_on(tmp_path):
+    load_config(write(tmp_path, BASE + "use_unsloth: false\n"), check_paths=False)
+    assert "does not support" in problems_of(tmp_path, BASE + "use_unsloth: true\n")
+
+
+def test_dump_round_trips(tmp_path):
+    config = load_config(write(tmp_path, BASE + "learning_rate: 3.0e-4\n"), check_paths=False)
+    path = dump_config(config, tmp_path / "out" / "resolved.yaml")
+    again = load_config(path, check_paths=False)
+    assert again.flat() == config.flat()
+    assert path.read_text().startswith("# resolved by tuneline")
+
+
+def test_masked_hides_tokens(tmp_path):
+    config = load_config(write(tmp_path, BASE + "hf_hub_token: hf_secret\n"), check_paths=False)
+    assert config.masked()["hf_hub_token"] == "***" and config.flat()["hf_hub_token"] == "hf_secret"
+
+
+def test_cli_exits_2_with_one_message(tmp_path, capsys):
+    path = write(tmp_path, BASE + "lora_rnak: 8\n")
+    assert cli_main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid config") and "Traceback" not in err
+    assert cli_main(["validate", str(tmp_path / "absent.yaml")]) == 2

@@ -1,0 +1,80 @@
+"""Content keys of every cached step. Cheap by design: no torch, transformers or datasets import.
+
+Each key is `fingerprint(...)` over what decides the step's result: the config slice that matters, upstream
+keys and a code version. The same key names the step's folder and Prefect's cache entry.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from tuneline import __version__
+from tuneline.config import RunConfig
+from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.model.tokenizer import tokenizer_fingerprint
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+# Keys that never change what a step produces: where results are tracked, how a run is named, cache control.
+NOT_CONTENT = {
+    "run_name", "refresh_cache", "overwrite_cache", "mlflow_tracking_uri", "mlflow_experiment",
+    "mlflow_registered_model", "mlflow_log_checkpoints", "report_to", "logging_dir", "hf_hub_token",
+    "resume_from_checkpoint", "overwrite_output_dir", "preprocessing_num_workers", "disable_tqdm",
+}
+EVAL_ONLY = {"eval_max_samples", "eval_max_new_tokens", "pipeline_cache_dir"}
+
+
+@functools.lru_cache(maxsize=None)
+def code_version(*subpackages: str) -> str:
+    """Hash of the library sources a step runs, so editing them invalidates that step's cache."""
+    hasher = FileHasher()
+    files = {}
+    for sub in subpackages:
+        root = PACKAGE_ROOT / sub
+        paths = [root] if root.is_file() else sorted(root.rglob("*.py"))
+        files.update({str(p.relative_to(PACKAGE_ROOT)): hasher.hash_file(p) for p in paths})
+    return fingerprint(__version__, files)
+
+
+def memo_dir(config: RunConfig) -> Path:
+    return Path(config.pipeline.pipeline_cache_dir) / "file-hashes"
+
+
+def tokenizer_key(config: RunConfig) -> str:
+    return tokenizer_fingerprint(config.model, memo_dir(config))
+
+
+def dataset_key(config: RunConfig) -> str:
+    from tuneline.data import dataset_fingerprint
+
+    return dataset_fingerprint(config)
+
+
+def base_model_key(config: RunConfig) -> str:
+    from tuneline.model import model_fingerprint
+
+    return model_fingerprint(config, memo_dir(config))
+
+
+def reference_key(config: RunConfig, dataset_fp: str) -> str:
+    from tuneline.reference import needs_reference, reference_fingerprint
+
+    if not needs_reference(config):
+        return fingerprint("no-reference", config.stage, config.finetuning.pref_loss)
+    return reference_fingerprint(config, dataset_fp)
+
+
+def training_slice(config: RunConfig) -> dict:
+    flat = config.flat()
+    return {k: v for k, v in flat.items() if k not in NOT_CONTENT | EVAL_ONLY}
+
+
+def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
+    return fingerprint("train", training_slice(config), dataset_fp, reference_fp, base_model_key(config),
+                       code_version("train", "model", "losses.py"))
+
+
+def run_key(config: RunConfig, dataset_fp: str) -> str:
+    """Names one piece of work in MLflow: every restart of the same work lands in the same run."""
+    return fingerprint("run", training_slice(config), dataset_fp, base_model_key(config))

@@ -1,0 +1,113 @@
+"""The MLflow record of one piece of work, from the orchestrator's side (all calls via tuneline.tracking).
+
+A flow-run id changes on every start, so the MLflow run is keyed by the work itself (`keys.run_key`): every
+restart of the same work reopens the same run and adds its flow-run id to it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from tuneline import tracking
+from tuneline.config import RunConfig
+from tuneline.pipeline import keys
+
+PACKAGES = ("tuneline", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "mlflow")
+NOT_MODEL_FILES = {"TRAIN_COMPLETE.json", "run.json", "trainer_log.jsonl", "tuneline_config.yaml"}
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        found = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                               cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return found.stdout.strip() or None
+
+
+def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_run_url: str | None) -> dict:
+    """Open (or reopen) the MLflow run of this work; fail before any training if the store is unreachable."""
+    uri = tracking.resolve_tracking_uri(config.pipeline.mlflow_tracking_uri)
+    tracking.check_tracking_available(uri)
+    run_key = keys.run_key(config, dataset_fp)
+    tags = {
+        "tuneline.stage": config.stage,
+        "tuneline.finetuning_type": config.finetuning.finetuning_type,
+        "tuneline.base_model": str(config.model.model_name_or_path),
+        "tuneline.dataset": str(config.data.dataset),
+        "tuneline.dataset_fingerprint": dataset_fp,
+        "tuneline.git_commit": git_commit() or "unknown",
+        **{f"version.{k}": v for k, v in package_versions().items()},
+    }
+    run_id = tracking.open_run(uri, config.experiment_name, run_key, config.run_name, tags)
+    if flow_run_id:
+        tracking.tag_flow_run(uri, run_id, flow_run_id, flow_run_url)
+    tracking.log_params(uri, run_id, config.masked())
+    return {"run_id": run_id, "tracking_uri": uri, "run_key": run_key, "url": tracking.run_url(uri, run_id)}
+
+
+def final_model_files(output_dir: Path, into: Path) -> Path:
+    """Copy the final adapter/model (top-level files, no checkpoints or bookkeeping) into a folder to log."""
+    into.mkdir(parents=True, exist_ok=True)
+    for path in output_dir.iterdir():
+        if path.is_file() and path.name not in NOT_MODEL_FILES and not path.name.startswith("."):
+            shutil.copy2(path, into / path.name)
+    return into
+
+
+def record_training(run: dict, config: RunConfig, trained: dict) -> None:
+    uri, run_id, output_dir = run["tracking_uri"], run["run_id"], Path(trained["output_dir"])
+    for name in ("tuneline_config.yaml", "trainer_log.jsonl", "generated_predictions.jsonl"):
+        if (output_dir / name).is_file():
+            tracking.log_artifacts(uri, run_id, output_dir / name)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = final_model_files(output_dir, Path(tmp) / "model")
+        tracking.log_and_register_model(uri, run_id, model_dir, None, {}, loading_recipe(config))
+
+
+def record_plots(run: dict, paths: list[str]) -> None:
+    for path in paths:
+        tracking.log_artifacts(run["tracking_uri"], run["run_id"], path, "plots")
+
+
+def record_model_card(run: dict, path: str) -> None:
+    tracking.log_artifacts(run["tracking_uri"], run["run_id"], path)
+
+
+def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: dict, trained: dict) -> str | None:
+    """Before/after metrics once per run, then the registered model version (if configured); finish the run."""
+    uri, run_id = run["tracking_uri"], run["run_id"]
+    logged = tracking.get_run_metrics(uri, run_id)
+    summary = {f"base_{k}": v for k, v in base_eval.get("metrics", {}).items()}
+    summary.update({f"final_{k}": v for k, v in tuned_eval.get("metrics", {}).items()})
+    fresh = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and k not in logged}
+    if fresh:
+        tracking.log_metrics(uri, run_id, fresh)
+    version = None
+    if config.pipeline.mlflow_registered_model:
+        tags = {"dataset_fingerprint": trained.get("train_key", ""), **{k: str(v) for k, v in summary.items()}}
+        version = tracking.register_logged_model(uri, run_id, config.pipeline.mlflow_registered_model, tags)
+    tracking.finish_run(uri, run_id, "FINISHED")
+    return version
+
+
+def loading_recipe(config: RunConfig) -> str:
+    base = config.model.model_name_or_path
+    if config.finetuning.finetuning_type == "lora":
+        return (f"from peft import AutoPeftModelForCausalLM\n"
+                f"model = AutoPeftModelForCausalLM.from_pretrained('<downloaded model/>')  # base: {base}\n")
+    return "from transformers import AutoModelForCausalLM\nmodel = AutoModelForCausalLM.from_pretrained('<model/>')\n"

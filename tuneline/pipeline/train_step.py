@@ -1,0 +1,105 @@
+"""Run training as a subprocess (`accelerate launch -m tuneline.train`) that resumes itself.
+
+The parent writes the resolved config into output_dir, launches the child with the MLflow run in its
+environment, forwards its lines and progress, and marks the output complete only after a clean exit. A
+killed parent leaves no marker, so the next start launches again and the child resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuneline.config import RunConfig, dump_config
+
+COMPLETE_MARKER = "TRAIN_COMPLETE.json"
+RESOLVED_CONFIG = "tuneline_config.yaml"
+TRAINER_LOG = "trainer_log.jsonl"
+
+
+def training_complete(output_dir: str | Path, key: str) -> bool:
+    """True when output_dir holds a finished training for exactly this key."""
+    marker = Path(output_dir) / COMPLETE_MARKER
+    try:
+        return json.loads(marker.read_text()).get("train_key") == key
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
+    """The dataset the child trains on: the reference step's copy (with ref log-probs) when it made one."""
+    if reference_ref and reference_ref.get("needed") and reference_ref.get("path"):
+        return reference_ref["path"]
+    return dataset_ref["path"]
+
+
+class ProgressReader:
+    """Follows trainer_log.jsonl as the child appends to it; returns new entries since the last call."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+
+    def new_entries(self) -> list[dict[str, Any]]:
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return []
+        if size < self.offset:  # a fresh run replaced the file
+            self.offset = 0
+        if size == self.offset:
+            return []
+        with open(self.path, encoding="utf-8") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        complete, _, _ = chunk.rpartition("\n")
+        self.offset += len(complete.encode("utf-8")) + (1 if complete else 0)
+        entries = []
+        for line in complete.splitlines():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return entries
+
+
+def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
+                mlflow_run_id: str | None, tracking_uri: str | None,
+                on_line: Callable[[str], None] = print,
+                on_progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Train (or resume) into config.output_dir; return a small reference to the result."""
+    from tuneline.train.launch import launch_command, run_streaming
+
+    output_dir = config.output_dir
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config_path = dump_config(config, output_dir / RESOLVED_CONFIG)
+    cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
+    env = {**os.environ, "TUNELINE_TRAIN_KEY": key, "PYTHONUNBUFFERED": "1"}
+    if mlflow_run_id:
+        env.update(MLFLOW_RUN_ID=mlflow_run_id, MLFLOW_TRACKING_URI=str(tracking_uri))
+    reader = ProgressReader(output_dir / TRAINER_LOG)
+
+    def forward(line: str) -> None:
+        on_line(line)
+        if on_progress:
+            for entry in reader.new_entries():
+                on_progress(entry)
+
+    run_streaming(cmd, env, forward)
+    metrics = _read_metrics(output_dir)
+    ref = {"output_dir": str(output_dir), "train_key": key, "metrics": metrics, "mlflow_run_id": mlflow_run_id}
+    tmp = output_dir / f".{COMPLETE_MARKER}.tmp"
+    tmp.write_text(json.dumps(ref, default=str))
+    os.replace(tmp, output_dir / COMPLETE_MARKER)
+    return ref
+
+
+def _read_metrics(output_dir: Path) -> dict[str, float]:
+    for name in ("all_results.json", "train_results.json"):
+        path = output_dir / name
+        if path.is_file():
+            data = json.loads(path.read_text())
+            return {k: v for k, v in data.items() if isinstance(v, (int, float))}
+    return {}
