@@ -16,15 +16,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The tiny model is built offline (no hub here); the flow then runs the seven steps on the embedded defaults:
+# Prefect's ephemeral API and MLflow in ./mlflow.db.
 demo: $(STAMP)
-	$(BIN)/python -m tuneline.demo
+	test -f demo_output/tiny-llama/config.json || $(BIN)/tuneline tiny-model demo_output/tiny-llama --preset demo
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/tuneline train examples/sft_lora_demo.yaml
+	@echo "See the run: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1"
 
 lint: $(STAMP)
 	$(BIN)/ruff check tuneline tasks flows tests benchmarks
 	$(BIN)/lint-imports
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q tests
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q tests
 
 clean:
 	rm -rf $(VENV) .tuneline demo_output mlflow.db mlruns

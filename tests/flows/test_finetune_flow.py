@@ -1,0 +1,88 @@
+"""The whole flow against a real Prefect API and a real MLflow SQLite store, on the tiny model."""
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = {"load-tokenizer", "build-dataset", "build-reference-model", "train", "evaluate", "plot", "model-card"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("flow")
+    shutil.copytree(REPO / "data", root / "data")
+    config = {
+        "model_name_or_path": str(tiny_model_dir), "stage": "sft", "finetuning_type": "lora", "lora_rank": 8,
+        "dataset": "demo_sft", "eval_dataset": "demo_sft_eval", "dataset_dir": str(root / "data"),
+        "template": "chatml", "cutoff_len": 64, "max_samples": 256,
+        "output_dir": str(root / "out"), "logging_steps": 2, "save_steps": 10, "max_steps": 20,
+        "per_device_train_batch_size": 8, "learning_rate": 3.0e-3, "per_device_eval_batch_size": 16,
+        "pipeline_cache_dir": str(root / "cache"), "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}",
+        "mlflow_experiment": "flow-test", "mlflow_registered_model": "flow-test-model",
+        "eval_max_samples": 16, "eval_max_new_tokens": 4,
+    }
+    path = root / "sft.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return root, path
+
+
+def run_flow(config_path, overrides=None):
+    from flows.finetune import finetune
+
+    state = finetune(str(config_path), overrides or [], return_state=True)
+    assert state.is_completed(), state.message
+    return state.result(), task_states(state.state_details.flow_run_id)
+
+
+def task_states(flow_run_id) -> dict[str, list[str]]:
+    """{task name: [state names]} of one flow run, read back from the Prefect API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async def read():
+        async with get_client() as client:
+            runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        out: dict[str, list[str]] = {}
+        for run in runs:
+            out.setdefault(run.name.split(" ")[0], []).append(run.state.name)
+        return out
+
+    return asyncio.run(read())
+
+
+@pytest.mark.slow
+def test_flow_trains_tracks_and_caches(prefect_api, workdir):
+    from mlflow import MlflowClient
+
+    root, config_path = workdir
+    result, states = run_flow(config_path)
+    assert set(states) == STEPS
+    assert result["tuned"]["eval_loss"] < result["base"]["eval_loss"], "training must lower eval loss"
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    run = client.get_run(result["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["learning_rate"] == "0.003" and run.data.params["stage"] == "sft"
+    losses = client.get_metric_history(run.info.run_id, "loss")
+    steps = [m.step for m in losses]
+    assert steps and steps == sorted(set(steps)), "train loss logged once per logging step, by global step"
+    assert run.data.metrics["final_eval_loss"] < run.data.metrics["base_eval_loss"]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"model", "plots", "README.md", "tuneline_config.yaml", "trainer_log.jsonl"} <= artifacts
+    assert (root / "out" / "README.md").is_file() and (root / "out" / "training_loss.png").is_file()
+    assert client.get_registered_model("flow-test-model").latest_versions
+
+    # the same command again: every step is a cache hit, and the MLflow record is the same run
+    again, states = run_flow(config_path)
+    assert all(set(s) == {"Cached"} for s in states.values()), states
+    assert again["mlflow_run_id"] == result["mlflow_run_id"]
+
+    # only learning_rate changes: upstream steps hit, train and everything after it run again
+    _, states = run_flow(config_path, ["learning_rate=1.0e-3", f"output_dir={root / 'out_lr'}"])
+    for name in ("load-tokenizer", "build-dataset", "build-reference-model"):
+        assert states[name] == ["Cached"], (name, states)
+    assert states["train"] == ["Completed"] and "Completed" in states["evaluate"]
