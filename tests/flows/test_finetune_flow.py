@@ -86,3 +86,62 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     for name in ("load-tokenizer", "build-dataset", "build-reference-model"):
         assert states[name] == ["Cached"], (name, states)
     assert states["train"] == ["Completed"] and "Completed" in states["evaluate"]
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    assert files, f"no weights in {folder}"
+    out = {}
+    for file in files:
+        out.update(load_file(str(file)))
+    return out
+
+
+@pytest.mark.slow
+def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefect_api, workdir):
+    """Kill the whole flow process group mid-training; the same command must finish it as if never killed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mlflow import MlflowClient
+    from prefect.settings import PREFECT_API_URL
+
+    root, config_path = workdir
+    killed_dir, whole_dir = root / "killed", root / "whole"
+    overrides = [f"output_dir={killed_dir}", "max_steps=30", "save_steps=10", "mlflow_registered_model=null"]
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    proc = subprocess.Popen([sys.executable, "-m", "flows.finetune", str(config_path), *overrides], env=env,
+                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (killed_dir / "checkpoint-10").is_dir():
+        assert proc.poll() is None, "the flow ended before its first checkpoint"
+        assert time.time() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed_dir / "TRAIN_COMPLETE.json").exists()
+
+    resumed, states = run_flow(config_path, overrides)
+    for name in ("load-tokenizer", "build-dataset", "build-reference-model"):
+        assert states[name] == ["Cached"], (name, states)
+    assert states["train"] == ["Completed"]
+
+    whole, _ = run_flow(config_path, [f"output_dir={whole_dir}", *overrides[1:]])
+    a, b = _weights(killed_dir), _weights(whole_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert (a[name] - b[name]).abs().max().item() <= 1e-6, name
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    run_key = client.get_run(resumed["mlflow_run_id"]).data.tags["tuneline.run_key"]
+    experiment = client.get_experiment_by_name("flow-test").experiment_id
+    runs = client.search_runs([experiment], filter_string=f"tags.`tuneline.run_key` = '{run_key}'")
+    assert len(runs) == 1, "the killed start and the resume share one MLflow run"
+    assert len(runs[0].data.tags["tuneline.flow_run_ids"].split(",")) == 2
+    steps = [m.step for m in client.get_metric_history(resumed["mlflow_run_id"], "loss")]
+    assert steps == sorted(set(steps)), "each logged step once, also across the kill"

@@ -25,7 +25,7 @@ NOT_CONTENT = {
 EVAL_ONLY = {"eval_max_samples", "eval_max_new_tokens", "pipeline_cache_dir"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def code_version(*subpackages: str) -> str:
     """Hash of the library sources a step runs, so editing them invalidates that step's cache."""
     hasher = FileHasher()
