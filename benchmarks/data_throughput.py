@@ -1,0 +1,138 @@
+"""Throughput of the build-dataset step: `python benchmarks/data_throughput.py [--rows 50000] [--model DIR]`.
+
+Writes a synthetic alpaca file (~50k rows, some with input, history and system), then times a cold build
+(`preprocessing_num_workers` 1 and 2) and a warm run (the cache hit, and loading the saved DatasetDict), and
+prints examples/s and tokens/s. For reference it also times tokenization alone done the way LLaMA-Factory's
+template does it (one tokenizer call per text piece). Figures only: nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = ("add the numbers reverse letters which larger even odd uppercase count words sum answer list first last "
+         "number text please explain short value result because then").split()
+
+
+def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+
+    def words(k: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(k))
+
+    rows = []
+    for i in range(n):
+        row = {"instruction": words(rng.randint(4, 20)), "input": words(rng.randint(0, 12)),
+               "output": words(rng.randint(5, 60))}
+        if i % 5 == 0:
+            row["history"] = [[words(6), words(10)]]
+        if i % 7 == 0:
+            row["system"] = words(8)
+        rows.append(row)
+    return rows
+
+
+def write_data(root: Path, rows: list[dict]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "bench.json").write_text(json.dumps(rows))
+    entry = {"file_name": "bench.json", "columns": {"history": "history", "system": "system"}}
+    (root / "dataset_info.json").write_text(json.dumps({"bench": entry}))
+
+
+def make_config(work: Path, model: str, workers: int, template: str):
+    from tuneline.config import load_config
+
+    return load_config(overrides={
+        "model_name_or_path": model, "dataset": "bench", "dataset_dir": str(work / "data"), "template": template,
+        "cutoff_len": 1024, "stage": "sft", "preprocessing_num_workers": workers,
+        "pipeline_cache_dir": str(work / f"cache-{workers}"), "output_dir": str(work / "out"),
+    }, check_paths=False)
+
+
+def time_cold(work: Path, model: str, workers: int, template: str) -> dict:
+    from tuneline.data import build_dataset
+
+    shutil.rmtree(work / f"cache-{workers}", ignore_errors=True)
+    config = make_config(work, model, workers, template)
+    start = time.perf_counter()
+    ref = build_dataset(config)
+    seconds = time.perf_counter() - start
+    return {"workers": workers, "seconds": seconds, "rows": ref["train_rows"], "tokens": ref["tokens"],
+            "examples_per_s": ref["train_rows"] / seconds, "tokens_per_s": ref["tokens"] / seconds}
+
+
+def time_warm(work: Path, model: str, template: str) -> dict:
+    from tuneline.data import build_dataset, load_processed
+
+    config = make_config(work, model, 1, template)
+    start = time.perf_counter()
+    ref = build_dataset(config)
+    hit = time.perf_counter() - start
+    start = time.perf_counter()
+    rows = load_processed(ref)["train"].num_rows
+    return {"cache_hit": ref["cache_hit"], "hit_seconds": hit, "load_seconds": time.perf_counter() - start,
+            "rows": rows}
+
+
+def time_per_piece_tokenization(model: str, rows: list[dict], template_name: str) -> dict:
+    """Reference: the same template pieces tokenized with one call each (LLaMA-Factory's way)."""
+    from tuneline.config.args import ModelArgs
+    from tuneline.data.templates import get_template
+    from tuneline.model.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(ModelArgs(model_name_or_path=model))
+    template = get_template(template_name, tokenizer)
+    start = time.perf_counter()
+    tokens = 0
+    for row in rows:
+        user = "\n".join(t for t in (row["instruction"], row["input"]) if t)
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": row["output"]}]
+        for message in template.pieces(messages, row.get("system"), None):
+            for piece in message:
+                if isinstance(piece, str):
+                    tokens += len(tokenizer.encode(piece, add_special_tokens=False))
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "examples_per_s": len(rows) / seconds, "tokens_per_s": tokens / seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=50_000)
+    parser.add_argument("--model", help="tokenizer folder; default: a freshly built tiny model")
+    parser.add_argument("--template", default="auto")
+    parser.add_argument("--workdir", help="keep files here instead of a temporary folder")
+    args = parser.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-bench-"))
+    import datasets  # noqa: F401  (imports paid before timing, as in a flow's worker)
+    import transformers  # noqa: F401
+
+    model = args.model
+    if not model:
+        from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+
+        model = str(build_tiny_model(work / "model", **TINY_PRESETS["test"]))
+    rows = synthetic_rows(args.rows)
+    write_data(work / "data", rows)
+    print(f"{args.rows} alpaca rows, tokenizer {model}, template {args.template}, workdir {work}")
+    for workers in (1, 2):
+        r = time_cold(work, model, workers, args.template)
+        print(f"cold build, workers={workers}: {r['seconds']:.2f} s, {r['examples_per_s']:.0f} examples/s, "
+              f"{r['tokens_per_s']:.0f} tokens/s ({r['rows']} rows, {r['tokens']} tokens)")
+    w = time_warm(work, model, args.template)
+    print(f"warm: cache hit {w['hit_seconds'] * 1000:.1f} ms (hit={w['cache_hit']}), "
+          f"load_processed {w['load_seconds'] * 1000:.1f} ms ({w['rows']} rows)")
+    p = time_per_piece_tokenization(model, rows, args.template)
+    print(f"reference, tokenization only with one tokenizer call per piece: {p['seconds']:.2f} s, "
+          f"{p['examples_per_s']:.0f} examples/s, {p['tokens_per_s']:.0f} tokens/s")
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

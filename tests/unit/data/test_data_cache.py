@@ -1,0 +1,143 @@
+"""build_dataset: content-keyed cache (hit, miss on every input, half-written entries, overwrite_cache,
+tokenized_path checks), splits and mixing, bad rows end to end, and a fingerprint that stays light."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import write_dataset
+
+from tuneline.data import build_dataset, dataset_fingerprint, load_processed
+from tuneline.errors import DataError
+
+ROWS = [{"instruction": f"question {i}", "output": f"answer {i}"} for i in range(10)]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    root = tmp_path / "data"
+    write_dataset(root, "a", ROWS)
+    write_dataset(root, "b", [{"instruction": f"other {i}", "output": "x"} for i in range(4)])
+    return root
+
+
+def test_build_then_hit(data_dir, make_config):
+    config = make_config(dataset="a")
+    ref = build_dataset(config)
+    assert ref["cache_hit"] is False and ref["train_rows"] == 10 and ref["eval_rows"] == 0
+    assert ref["stage"] == "sft" and ref["bad_rows"] == {}
+    data = load_processed(ref)
+    assert ref["tokens"] == sum(len(r) for r in data["train"]["input_ids"])
+    start = time.perf_counter()
+    again = build_dataset(config)
+    assert time.perf_counter() - start < 1.0
+    assert again["cache_hit"] is True and again["path"] == ref["path"] and again["fingerprint"] == ref["fingerprint"]
+    assert json.loads(json.dumps(again)) == again
+
+
+CHANGES = [
+    {"template": "default"}, {"cutoff_len": 64}, {"train_on_prompt": True}, {"mask_history": True},
+    {"packing": True}, {"val_size": 0.2}, {"max_samples": 5}, {"dataset": "a,b"},
+    {"dataset": "a,b", "mix_strategy": "interleave_under"}, {"seed": 7}, {"default_system": "S"},
+    {"tool_format": "qwen"}, {"stage": "ppo", "reward_model": "rm"}, {"eval_dataset": "b"}, {"preprocessing_batch_size": 10},
+]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda c: ",".join(c))
+def test_every_option_changes_the_fingerprint(data_dir, make_config, change):
+    base = {"dataset": "a"}
+    assert dataset_fingerprint(make_config(**base)) != dataset_fingerprint(make_config(**{**base, **change}))
+
+
+def test_data_entry_and_tokenizer_changes_miss(data_dir, tmp_path, make_config, char_tokenizer_dir):
+    before = dataset_fingerprint(make_config(dataset="a"))
+    write_dataset(data_dir, "a", ROWS[:-1])
+    after_data = dataset_fingerprint(make_config(dataset="a"))
+    write_dataset(data_dir, "a", ROWS[:-1], {"columns": {"response": "output"}})
+    after_entry = dataset_fingerprint(make_config(dataset="a"))
+    tok = tmp_path / "tok"
+    shutil.copytree(char_tokenizer_dir, tok)
+    same_tok = dataset_fingerprint(make_config(dataset="a", model_name_or_path=str(tok)))
+    config_file = tok / "tokenizer_config.json"
+    config_file.write_text(config_file.read_text().replace("}", ', "x": 1}', 1))
+    other_tok = dataset_fingerprint(make_config(dataset="a", model_name_or_path=str(tok)))
+    assert len({before, after_data, after_entry, other_tok}) == 4
+    assert same_tok == after_entry
+
+
+def test_half_written_entry_is_rebuilt_and_overwrite_cache(data_dir, make_config):
+    config = make_config(dataset="a")
+    key = dataset_fingerprint(config)
+    partial = data_dir.parent / "cache" / "build-dataset" / key
+    partial.mkdir(parents=True)
+    (partial / "dataset_dict.json").write_text("{}")  # no COMPLETE marker: never trusted
+    ref = build_dataset(config)
+    assert ref["cache_hit"] is False and load_processed(ref)["train"].num_rows == 10
+    assert build_dataset(make_config(dataset="a", overwrite_cache=True))["cache_hit"] is False
+    assert build_dataset(config)["cache_hit"] is True
+
+
+def test_tokenized_path_mismatch_says_what_changed(data_dir, tmp_path, make_config):
+    where = str(tmp_path / "tokenized")
+    ref = build_dataset(make_config(dataset="a", tokenized_path=where))
+    assert ref["path"] == where
+    assert build_dataset(make_config(dataset="a", tokenized_path=where))["cache_hit"] is True
+    with pytest.raises(DataError, match=r"cutoff_len: 1024 -> 64"):
+        build_dataset(make_config(dataset="a", tokenized_path=where, cutoff_len=64))
+    rebuilt = build_dataset(make_config(dataset="a", tokenized_path=where, cutoff_len=64, overwrite_cache=True))
+    assert rebuilt["cache_hit"] is False
+
+
+def test_nothing_written_when_rows_are_bad(data_dir, tmp_path, make_config):
+    write_dataset(data_dir, "bad", ROWS[:3] + [{"instruction": "q", "output": ""}])
+    with pytest.raises(DataError, match="row 4, column 'output': empty response"):
+        build_dataset(make_config(dataset="bad"))
+    step = tmp_path / "cache" / "build-dataset"
+    assert not step.exists() or not any(step.iterdir())
+    ref = build_dataset(make_config(dataset="bad", on_bad_rows="skip"))
+    assert ref["bad_rows"] == {"empty response": 1} and ref["train_rows"] == 3
+
+
+def test_empty_after_filtering(data_dir, make_config):
+    write_dataset(data_dir, "bad", [{"instruction": "q", "output": ""}])
+    with pytest.raises(DataError, match="no usable rows"):
+        build_dataset(make_config(dataset="bad", on_bad_rows="skip"))
+
+
+def test_val_size_fraction_count_and_eval_dataset(data_dir, make_config):
+    ref = build_dataset(make_config(dataset="a", val_size=0.2))
+    assert (ref["train_rows"], ref["eval_rows"]) == (8, 2)
+    split = load_processed(ref)
+    assert set(split) == {"train", "validation"}
+    assert build_dataset(make_config(dataset="a", val_size=3))["eval_rows"] == 3
+    again = load_processed(build_dataset(make_config(dataset="a", val_size=0.2, overwrite_cache=True)))
+    assert again["validation"]["input_ids"] == split["validation"]["input_ids"]  # seeded
+    ref = build_dataset(make_config(dataset="a", eval_dataset="b"))
+    assert (ref["train_rows"], ref["eval_rows"]) == (10, 4)
+
+
+def test_mixing_concat_and_interleave(data_dir, make_config):
+    assert build_dataset(make_config(dataset="a,b"))["train_rows"] == 14
+    under = build_dataset(make_config(dataset="a,b", mix_strategy="interleave_under"))
+    over = build_dataset(make_config(dataset="a,b", mix_strategy="interleave_over", interleave_probs="0.5,0.5"))
+    assert under["train_rows"] < 14 < over["train_rows"]
+
+
+def test_fingerprint_imports_no_heavy_library(data_dir, tmp_path, char_tokenizer_dir):
+    code = (
+        "import sys, time\n"
+        "from tuneline.config import load_config\n"
+        "from tuneline.data import dataset_fingerprint\n"
+        f"c = load_config(overrides={{'model_name_or_path': {str(char_tokenizer_dir)!r}, 'dataset': 'a',"
+        f" 'dataset_dir': {str(data_dir)!r}, 'pipeline_cache_dir': {str(tmp_path / 'cache')!r},"
+        f" 'output_dir': {str(tmp_path / 'o')!r}}}, check_paths=False)\n"
+        "dataset_fingerprint(c)\n"
+        "bad = [m for m in ('torch', 'transformers', 'datasets') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

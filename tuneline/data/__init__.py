@@ -1,0 +1,15 @@
+"""Datasets: LLaMA-Factory's registry and formats, chat templates, per-stage encoding, a content-keyed cache.
+
+Importing this package is cheap: heavy libraries load only inside the functions that need them.
+"""
+
+from tuneline.data.build import build_dataset, load_processed
+from tuneline.data.cache_key import PROCESSING_VERSION, dataset_fingerprint
+from tuneline.data.collators import build_collator
+from tuneline.data.preview import preview
+from tuneline.data.templates import TEMPLATES, Template, get_template
+
+__all__ = [
+    "PROCESSING_VERSION", "TEMPLATES", "Template", "build_collator", "build_dataset", "dataset_fingerprint",
+    "get_template", "load_processed", "preview",
+]

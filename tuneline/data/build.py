@@ -1,0 +1,129 @@
+"""The build-dataset step: load, check, convert, tokenize and store, keyed by content.
+
+`build_dataset(config)` returns a small reference to a `DatasetDict` saved under
+`<pipeline_cache_dir>/build-dataset/<fingerprint>/` (or at `tokenized_path`). A second call with the same
+inputs only fingerprints and reads the entry's marker. A `tokenized_path` holding an entry built from other
+inputs is an error that lists what changed, never silently reused. Entries are written to a temporary folder
+and renamed when whole, so a crash leaves nothing half-written behind.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tuneline.config.run_config import RunConfig
+from tuneline.data.cache_key import describe_changes, effective_packing, fingerprint_inputs, seed_of
+from tuneline.data.loader import handle_bad_rows, load_examples, mix
+from tuneline.data.processors import Encoder
+from tuneline.errors import DataError
+from tuneline.fingerprint import fingerprint
+from tuneline.step_cache import cached_step, read_reference
+
+STEP = "build-dataset"
+INPUTS_FILE = "fingerprint_inputs.json"
+REF_KEYS = ("path", "fingerprint", "stage", "train_rows", "eval_rows", "bad_rows", "cache_hit", "tokens")
+
+
+def build_dataset(config: RunConfig) -> dict[str, Any]:
+    """Reference {path, fingerprint, stage, train_rows, eval_rows, bad_rows, cache_hit, tokens}."""
+    inputs = fingerprint_inputs(config)
+    key = fingerprint(inputs)
+    location = config.data.tokenized_path
+    refresh = config.data.overwrite_cache
+    if location and not refresh:
+        check_tokenized_path(Path(location), key, inputs)
+    ref = cached_step(config.pipeline.pipeline_cache_dir, STEP, key, lambda folder: _build(config, folder, inputs),
+                      refresh=refresh, location=location)
+    return {k: ref.get(k) for k in REF_KEYS}
+
+
+def check_tokenized_path(location: Path, key: str, inputs: dict[str, Any]) -> None:
+    if not location.exists() or (location.is_dir() and not any(location.iterdir())):
+        return
+    ref = read_reference(location)
+    if ref is None:
+        raise DataError(f"tokenized_path '{location}' exists but is not a complete tuneline dataset entry; "
+                        "remove it, point tokenized_path elsewhere, or set overwrite_cache: true")
+    if ref.get("fingerprint") == key:
+        return
+    try:
+        old = json.loads((location / INPUTS_FILE).read_text())
+        changes = describe_changes(old, inputs)
+    except (OSError, json.JSONDecodeError):
+        changes = ["(the entry does not record its inputs)"]
+    raise DataError(f"tokenized_path '{location}' was built from different inputs: {'; '.join(changes)}. "
+                    "Set overwrite_cache: true to rebuild it, or point tokenized_path elsewhere")
+
+
+def _encode(config: RunConfig, dataset, tokenizer, template):
+    data = config.data
+    encoder = Encoder(tokenizer, template, config.stage, data.cutoff_len, data.train_on_prompt, data.mask_history,
+                      effective_packing(config))
+    workers = data.preprocessing_num_workers if (data.preprocessing_num_workers or 1) > 1 else None
+    return dataset.map(encoder, batched=True, batch_size=data.preprocessing_batch_size, num_proc=workers,
+                       remove_columns=dataset.column_names, load_from_cache_file=False,
+                       desc=f"encoding for {config.stage}")
+
+
+def _split(config: RunConfig, train, evaluation):
+    from datasets import DatasetDict
+
+    val = config.data.val_size or 0
+    if evaluation is None and val > 0:
+        size = int(val) if val >= 1 else float(val)
+        if (isinstance(size, int) and size >= len(train)) or len(train) < 2:
+            raise DataError(f"val_size {val} leaves no training rows out of {len(train)}; lower it")
+        parts = train.train_test_split(test_size=size, seed=seed_of(config))
+        train, evaluation = parts["train"], parts["test"]
+    splits = {"train": train}
+    if evaluation is not None:
+        splits["validation"] = evaluation
+    return DatasetDict(splits)
+
+
+def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    from tuneline.data.templates import get_template
+    from tuneline.model.tokenizer import load_tokenizer
+
+    train_loaded = load_examples(config, config.dataset_names)
+    eval_loaded = load_examples(config, config.eval_dataset_names) if config.eval_dataset_names else None
+    bad = train_loaded.bad + (eval_loaded.bad if eval_loaded else [])
+    bad_counts = handle_bad_rows(bad, config.data.on_bad_rows)
+    tokenizer = load_tokenizer(config.model)
+    template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system)
+    train = _encode(config, mix(config, train_loaded), tokenizer, template)
+    if len(train) == 0:
+        raise DataError(f"dataset {config.data.dataset} is empty after encoding for stage '{config.stage}'")
+    evaluation = _encode(config, mix(config, eval_loaded), tokenizer, template) if eval_loaded else None
+    splits = _split(config, train, evaluation)
+    splits.save_to_disk(str(folder))
+    (folder / INPUTS_FILE).write_text(json.dumps(inputs, sort_keys=True, default=str))
+    return {"stage": config.stage, "train_rows": len(splits["train"]),
+            "eval_rows": len(splits["validation"]) if "validation" in splits else 0,
+            "bad_rows": bad_counts, "tokens": count_tokens(splits["train"])}
+
+
+def count_tokens(dataset) -> int:
+    """Non-pad tokens of a processed split (rows are unpadded, so lengths are token counts)."""
+    import pyarrow.compute as pc
+
+    columns = [c for c in ("input_ids", "chosen_input_ids", "rejected_input_ids") if c in dataset.column_names]
+    total = 0
+    for column in columns:
+        lengths = pc.list_value_length(dataset.data.column(column))
+        if dataset._indices is not None:  # a split view: count only its rows
+            lengths = pc.take(lengths, dataset._indices.column(0))
+        total += pc.sum(lengths).as_py() or 0
+    return int(total)
+
+
+def load_processed(ref_or_path: dict[str, Any] | str | Path):
+    """The `DatasetDict` ("train", and "validation" when there is evaluation data) of a built entry."""
+    from datasets import load_from_disk
+
+    path = Path(ref_or_path["path"] if isinstance(ref_or_path, dict) else ref_or_path)
+    if read_reference(path) is None:
+        raise DataError(f"'{path}' is not a complete processed dataset; run the build-dataset step again")
+    return load_from_disk(str(path))

@@ -1,0 +1,89 @@
+"""The content key of a processed dataset, computed in milliseconds and without heavy imports.
+
+Keyed by: every data file's content hash (memoised by size and mtime), the dataset_info entries used, the
+tokenizer's files, the template, the stage, every option that changes the encoded rows, and
+`PROCESSING_VERSION` (bump it whenever encoding code changes its output). Hub datasets are keyed by name,
+revision, subset and split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tuneline.config.run_config import RunConfig
+from tuneline.data.registry import DatasetAttr, dataset_attrs
+from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.model.tokenizer import tokenizer_fingerprint
+
+PROCESSING_VERSION = "1"
+MEMO_DIR = "file-hashes"
+OPTION_KEYS = (
+    "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
+    "interleave_probs", "default_system", "tool_format", "preprocessing_batch_size", "on_bad_rows",
+)
+
+
+def effective_packing(config: RunConfig) -> bool:
+    """LLaMA-Factory's default: pt packs (concatenated blocks), other stages do not."""
+    packing = config.data.packing
+    return config.stage == "pt" if packing is None else bool(packing) and config.stage in ("pt", "sft")
+
+
+def seed_of(config: RunConfig) -> int:
+    training = config.training
+    return int(training.get("data_seed") or training.get("seed") or 42)
+
+
+def memo_dir(config: RunConfig) -> Path:
+    return Path(config.pipeline.pipeline_cache_dir) / MEMO_DIR
+
+
+def _source_key(attr: DatasetAttr, dataset_dir: str, hasher: FileHasher) -> dict[str, Any]:
+    path = attr.path(dataset_dir)
+    if attr.source == "hf_hub" and not path.exists():
+        return {"hub": attr.location, "revision": attr.revision, "subset": attr.subset, "split": attr.split}
+    if not path.exists():
+        from tuneline.errors import DataError
+
+        raise DataError(f"dataset '{attr.name}': file '{path}' does not exist")
+    return {"files": hasher.hash_tree(path)}
+
+
+def fingerprint_inputs(config: RunConfig) -> dict[str, Any]:
+    """Everything the processed dataset depends on, as plain JSON (also stored, to explain a mismatch)."""
+    data = config.data
+    tokenizer = tokenizer_fingerprint(config.model, memo_dir(config))  # first: it saves the shared memo
+    hasher = FileHasher(memo_dir(config))
+    datasets = {}
+    for role, names in (("train", config.dataset_names), ("eval", config.eval_dataset_names)):
+        for attr in dataset_attrs(names, data.dataset_dir):
+            datasets[f"{role}:{attr.name}"] = {"entry": attr.entry, **_source_key(attr, data.dataset_dir, hasher)}
+    hasher.save()
+    options = {key: getattr(data, key) for key in OPTION_KEYS}
+    options.update(packing=effective_packing(config), seed=seed_of(config))
+    return {"version": PROCESSING_VERSION, "stage": config.stage, "tokenizer": tokenizer, "options": options,
+            "datasets": datasets, "dataset_order": [list(config.dataset_names), list(config.eval_dataset_names)]}
+
+
+def dataset_fingerprint(config: RunConfig) -> str:
+    return fingerprint(fingerprint_inputs(config))
+
+
+def describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Human lines naming what differs between two fingerprint inputs."""
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            for sub in sorted(set(a) | set(b)):
+                if a.get(sub) != b.get(sub):
+                    what = "content or entry" if key == "datasets" else f"{a.get(sub)!r} -> {b.get(sub)!r}"
+                    changes.append(f"{key}.{sub}: {what}")
+        elif key == "tokenizer":
+            changes.append("tokenizer files changed")
+        else:
+            changes.append(f"{key}: {a!r} -> {b!r}")
+    return changes

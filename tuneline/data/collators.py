@@ -1,0 +1,74 @@
+"""Batch collators: pad each column group to the batch's longest (optionally a multiple), as tensors.
+
+Pad values by column: `*input_ids` -> the tokenizer's pad id, `*attention_mask` -> 0, `*labels` -> -100.
+Columns padded together share one length (chosen and rejected, so a trainer can concatenate them). PPO
+prompts are padded on the left, for generation. A packed sft batch (rows carrying `position_ids`) is
+collated without `attention_mask` and with `use_cache=False`: see `tuneline.data.packing` for why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+IGNORE = -100
+
+_PAIR = [[f"{s}_{c}" for s in ("chosen", "rejected") for c in ("input_ids", "attention_mask", "labels")]]
+STAGE_GROUPS: dict[str, list[list[str]]] = {
+    "pt": [["input_ids", "attention_mask", "labels"]],
+    "sft": [["input_ids", "attention_mask", "labels", "position_ids"]],
+    "rm": _PAIR,
+    "dpo": _PAIR,
+    "kto": [["input_ids", "attention_mask", "labels"], ["kl_input_ids", "kl_attention_mask", "kl_labels"]],
+    "ppo": [["input_ids", "attention_mask"]],
+}
+LEFT_PADDED = ("ppo",)
+
+
+def _pad_value(column: str, pad_id: int) -> int:
+    if column.endswith("input_ids"):
+        return pad_id
+    if column.endswith("labels"):
+        return IGNORE
+    return 0
+
+
+@dataclass
+class Collator:
+    stage: str
+    pad_token_id: int
+    pad_to_multiple_of: int | None = None
+
+    def target_length(self, longest: int) -> int:
+        m = self.pad_to_multiple_of
+        return longest if not m else -(-longest // m) * m
+
+    def __call__(self, features: list[dict]) -> dict:
+        import torch
+
+        batch: dict = {}
+        left = self.stage in LEFT_PADDED
+        for group in STAGE_GROUPS[self.stage]:
+            present = [c for c in group if c in features[0]]
+            length = self.target_length(max(len(f[c]) for f in features for c in present))
+            for column in present:
+                rows = []
+                for f in features:
+                    values = list(f[column])
+                    gap = length - len(values)
+                    fill = list(range(gap)) if column == "position_ids" else [_pad_value(column, self.pad_token_id)] * gap
+                    rows.append(fill + values if left else values + fill)
+                batch[column] = torch.tensor(rows, dtype=torch.long)
+        if "kto_tags" in features[0]:
+            batch["kto_tags"] = torch.tensor([bool(f["kto_tags"]) for f in features])
+        if "position_ids" in batch:  # packed: transformers isolates examples only without a mask and cache
+            batch.pop("attention_mask", None)
+            batch["use_cache"] = False
+        return batch
+
+
+def build_collator(stage: str, tokenizer, pad_to_multiple_of: int | None = None) -> Collator:
+    """The collator for a stage's processed columns (trainers use remove_unused_columns=False)."""
+    if stage not in STAGE_GROUPS:
+        raise ValueError(f"no collator for stage '{stage}'; stages: {sorted(STAGE_GROUPS)}")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return Collator(stage, pad_id, pad_to_multiple_of)

@@ -1,0 +1,188 @@
+"""Rows in alpaca or sharegpt format -> one standard example, or the reason the row is bad.
+
+A standard example is `{"_prompt": [messages], "_response": [messages], "_system": str, "_tools": str,
+"_kto_tag": bool | None}` with messages `{"role": user|assistant|observation|function, "content": str}`.
+For pairwise data `_response` is [chosen, rejected]; for kto it is the one answer and `_kto_tag` its label.
+Every check names the column, so a bad row can be reported as file + row + column + problem.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tuneline.data.readers import BadRow, Row
+from tuneline.data.registry import DatasetAttr
+from tuneline.errors import DataError
+
+PROMPT_ROLES = ("user", "observation")
+ANSWER_ROLES = ("assistant", "function")
+
+
+class _Bad(Exception):
+    def __init__(self, reason: str, column: str | None = None, detail: str = ""):
+        super().__init__(reason)
+        self.reason, self.column, self.detail = reason, column, detail
+
+
+def check_stage(attr: DatasetAttr, stage: str) -> None:
+    """Dataset-level fit between an entry and the stage (row checks come later)."""
+    pairwise = stage in ("rm", "dpo")
+    if pairwise and not attr.ranking:
+        raise DataError(f"dataset '{attr.name}': stage '{stage}' needs preference pairs; set \"ranking\": true and "
+                        "the 'chosen'/'rejected' columns in its dataset_info.json entry")
+    if not pairwise and attr.ranking:
+        raise DataError(f"dataset '{attr.name}' is a ranking dataset; stage '{stage}' cannot use it (use rm or dpo)")
+    if pairwise and not (attr.chosen and attr.rejected):
+        raise DataError(f"dataset '{attr.name}': a ranking entry needs columns 'chosen' and 'rejected'")
+    if stage == "kto" and not attr.kto_tag:
+        raise DataError(f"dataset '{attr.name}': stage 'kto' needs a boolean label column: set columns.kto_tag")
+
+
+def convert_rows(attr: DatasetAttr, rows: list[Row], stage: str) -> tuple[list[dict], list[BadRow]]:
+    convert = CONVERTERS[attr.formatting]
+    examples, bad = [], []
+    for row in rows:
+        try:
+            examples.append(convert(attr, row.data, stage))
+        except _Bad as exc:
+            bad.append(BadRow(row.file, row.row, exc.reason, exc.column, exc.detail))
+    return examples, bad
+
+
+def _value(data: dict, column: str | None, types: tuple, required: bool = False) -> Any:
+    if not column:
+        return None
+    if column not in data:
+        if required:
+            raise _Bad("missing column", column, f"the row has no '{column}' (it has {sorted(data)[:8]})")
+        return None
+    value = data[column]
+    if value is None and not required:
+        return None
+    if not isinstance(value, types):
+        names = "/".join(t.__name__ for t in types)
+        raise _Bad("wrong type", column, f"expected {names}, got {type(value).__name__}")
+    return value
+
+
+def _text(data: dict, column: str | None, required: bool = True, empty_reason: str = "empty response") -> str:
+    value = _value(data, column, (str,), required=required)
+    if required and not (value or "").strip():
+        raise _Bad(empty_reason, column, "the text is empty")
+    return value or ""
+
+
+def _tools(data: dict, column: str | None) -> str:
+    value = _value(data, column, (str, list, dict))
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, (list, dict)) else (value or "")
+
+
+def _kto_tag(attr: DatasetAttr, data: dict, stage: str) -> bool | None:
+    if stage != "kto":
+        return None
+    return _value(data, attr.kto_tag, (bool,), required=True)
+
+
+def _msg(role: str, content: str) -> dict:
+    return {"role": role, "content": content}
+
+
+# --- alpaca
+def _alpaca_history(attr: DatasetAttr, data: dict) -> list[dict]:
+    history = _value(data, attr.history, (list,))
+    out = []
+    for turn in history or []:
+        if not (isinstance(turn, (list, tuple)) and len(turn) == 2 and all(isinstance(t, str) for t in turn)):
+            raise _Bad("wrong type", attr.history, "each history turn must be a [prompt, response] pair of strings")
+        out += [_msg("user", turn[0]), _msg("assistant", turn[1])]
+    return out
+
+
+def convert_alpaca(attr: DatasetAttr, data: dict, stage: str) -> dict:
+    prompt_text = _value(data, attr.prompt, (str,), required=bool(attr.prompt)) or ""
+    query = _value(data, attr.query, (str,)) or ""
+    user = "\n".join(t for t in (prompt_text, query) if t)
+    if stage == "pt" and not user.strip():
+        raise _Bad("empty text", attr.prompt, "the text is empty")
+    prompt = _alpaca_history(attr, data) + [_msg("user", user)]
+    response: list[dict] = []
+    if stage in ("rm", "dpo"):
+        response = [_msg("assistant", _text(data, attr.chosen)), _msg("assistant", _text(data, attr.rejected))]
+    elif stage in ("sft", "kto"):
+        response = [_msg("assistant", _text(data, attr.response))]
+    elif stage == "ppo":
+        answer = _value(data, attr.response, (str,))
+        response = [_msg("assistant", answer)] if answer else []
+    return {"_prompt": prompt, "_response": response, "_system": _value(data, attr.system, (str,)) or "",
+            "_tools": _tools(data, attr.tools), "_kto_tag": _kto_tag(attr, data, stage)}
+
+
+# --- sharegpt
+def _sharegpt_message(attr: DatasetAttr, message: Any, column: str) -> tuple[str, str]:
+    if not isinstance(message, dict):
+        raise _Bad("wrong type", column, f"each message must be an object, got {type(message).__name__}")
+    if attr.role_tag not in message or attr.content_tag not in message:
+        raise _Bad("missing column", column, f"a message lacks '{attr.role_tag}' or '{attr.content_tag}'")
+    content = message[attr.content_tag]
+    if not isinstance(content, str):
+        raise _Bad("wrong type", column, f"'{attr.content_tag}' must be a string, got {type(content).__name__}")
+    return message[attr.role_tag], content
+
+
+def _role_map(attr: DatasetAttr) -> dict[str, str]:
+    return {attr.user_tag: "user", attr.assistant_tag: "assistant", attr.observation_tag: "observation",
+            attr.function_tag: "function", attr.system_tag: "system"}
+
+
+def _aligned(attr: DatasetAttr, data: dict) -> tuple[list[dict], str]:
+    column = attr.messages
+    raw = _value(data, column, (list,), required=True)
+    roles = _role_map(attr)
+    pairs = [_sharegpt_message(attr, m, column) for m in raw]
+    system = _value(data, attr.system, (str,)) or ""
+    if pairs and pairs[0][0] == attr.system_tag:
+        system, pairs = pairs[0][1], pairs[1:]
+    messages = []
+    for i, (tag, content) in enumerate(pairs):
+        allowed = PROMPT_ROLES if i % 2 == 0 else ANSWER_ROLES
+        if roles.get(tag) not in allowed:
+            want = " or ".join(k for k, v in roles.items() if v in allowed)
+            raise _Bad("roles out of order", column, f"message {i + 1} has role '{tag}' where {want} belongs")
+        messages.append(_msg(roles[tag], content))
+    if not messages:
+        raise _Bad("empty response", column, "the conversation has no messages")
+    return messages, system
+
+
+def _pair_answer(attr: DatasetAttr, data: dict, column: str) -> dict:
+    value = _value(data, column, (dict,), required=True)
+    tag, content = _sharegpt_message(attr, value, column)
+    role = _role_map(attr).get(tag)
+    if role not in ANSWER_ROLES:
+        raise _Bad("roles out of order", column, f"a chosen/rejected answer must have an assistant role, not '{tag}'")
+    if not content.strip():
+        raise _Bad("empty response", column, "the text is empty")
+    return _msg(role, content)
+
+
+def convert_sharegpt(attr: DatasetAttr, data: dict, stage: str) -> dict:
+    messages, system = _aligned(attr, data)
+    ends_with_answer = len(messages) % 2 == 0
+    if stage in ("rm", "dpo"):
+        if ends_with_answer:
+            raise _Bad("roles out of order", attr.messages, "a ranking conversation must end with a user turn")
+        prompt, response = messages, [_pair_answer(attr, data, attr.chosen), _pair_answer(attr, data, attr.rejected)]
+    elif ends_with_answer:
+        prompt, response = messages[:-1], messages[-1:]
+        if stage in ("sft", "kto") and not response[0]["content"].strip():
+            raise _Bad("empty response", attr.messages, "the last answer is empty")
+    elif stage in ("ppo", "pt"):
+        prompt, response = messages, []
+    else:
+        raise _Bad("roles out of order", attr.messages, "the conversation must end with an assistant turn")
+    return {"_prompt": prompt, "_response": response, "_system": system, "_tools": _tools(data, attr.tools),
+            "_kto_tag": _kto_tag(attr, data, stage)}
+
+
+CONVERTERS = {"alpaca": convert_alpaca, "sharegpt": convert_sharegpt}

@@ -1,0 +1,166 @@
+"""Per-stage encoding of standard examples into model inputs, one batch at a time.
+
+`Encoder(batch)` turns columns `_prompt/_response/_system/_tools/_kto_tag` into the stage's columns (see
+`STAGE_COLUMNS`). Truncation follows LLaMA-Factory: when a prompt and its answer exceed the budget, the
+budget is split between them (`split_budget`), answer first when it is short, prompt first when that is
+short, otherwise in proportion. Labels are -100 on every token the loss must ignore.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tuneline.data.packing import pack_examples
+from tuneline.data.templates import Template
+
+IGNORE = -100
+
+STAGE_COLUMNS = {
+    "pt": ("input_ids", "attention_mask", "labels"),
+    "sft": ("input_ids", "attention_mask", "labels"),
+    "rm": tuple(f"{s}_{c}" for s in ("chosen", "rejected") for c in ("input_ids", "attention_mask", "labels")),
+    "kto": ("input_ids", "attention_mask", "labels", "kto_tags", "kl_input_ids", "kl_attention_mask", "kl_labels"),
+    "ppo": ("input_ids", "attention_mask"),
+}
+STAGE_COLUMNS["dpo"] = STAGE_COLUMNS["rm"]
+
+
+def split_budget(prompt_len: int, answer_len: int, budget: int) -> tuple[int, int]:
+    """(kept prompt tokens, kept answer tokens) within `budget`, as LLaMA-Factory's infer_seqlen decides."""
+    if 2 * answer_len < budget:
+        answer_cap = budget  # a short answer is kept whole; the prompt is cut
+    elif 2 * prompt_len < budget:
+        answer_cap = budget - prompt_len  # a short prompt is kept whole; the answer is cut
+    else:
+        answer_cap = int(budget * answer_len / (prompt_len + answer_len))  # both cut in proportion
+    answer_keep = min(answer_cap, answer_len)
+    prompt_keep = min(max(budget - answer_keep, 0), prompt_len)
+    return prompt_keep, answer_keep
+
+
+@dataclass
+class Encoder:
+    tokenizer: Any
+    template: Template
+    stage: str
+    cutoff_len: int
+    train_on_prompt: bool = False
+    mask_history: bool = False
+    packing: bool = False
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        return STAGE_ENCODERS[self.stage](self, batch)
+
+    # --- shared pieces
+    def conversations(self, batch: dict[str, list], responses: list[list[dict]] | None = None) -> list:
+        responses = batch["_response"] if responses is None else responses
+        columns = (batch["_prompt"], responses, batch["_system"], batch["_tools"])
+        return [(p + r, s, t) for p, r, s, t in zip(*columns, strict=True)]
+
+    def eos(self) -> list[int]:
+        return [self.tokenizer.eos_token_id] if self.template.efficient_eos else []
+
+    def prompt_answer(self, message_ids: list[list[int]]) -> tuple[list[int], list[int]]:
+        """Truncated (prompt ids, answer ids) of a conversation whose last message is the answer."""
+        prompt = [t for ids in message_ids[:-1] for t in ids]
+        answer = message_ids[-1] + self.eos()
+        keep_p, keep_a = split_budget(len(prompt), len(answer), self.cutoff_len)
+        return prompt[:keep_p], answer[:keep_a]
+
+    def supervised(self, message_ids: list[list[int]]) -> tuple[list[int], list[int]]:
+        """ids and labels of a multi-turn conversation, truncated turn by turn within cutoff_len."""
+        turns = [(message_ids[i], message_ids[i + 1]) for i in range(0, len(message_ids), 2)]
+        if self.mask_history:
+            turns = turns[::-1]  # the last turn gets the budget first
+        eos = self.eos()
+        used, input_ids, labels = len(eos), [], []
+        for k, (source, target) in enumerate(turns):
+            if used >= self.cutoff_len:
+                break
+            keep_s, keep_t = split_budget(len(source), len(target), self.cutoff_len - used)
+            source, target = source[:keep_s], target[:keep_t]
+            used += keep_s + keep_t
+            if self.train_on_prompt:
+                source_labels = source
+            elif eos and k != 0 and keep_s:
+                source_labels = eos + [IGNORE] * (keep_s - 1)
+            else:
+                source_labels = [IGNORE] * keep_s
+            target_labels = [IGNORE] * keep_t if self.mask_history and k != 0 else target
+            if self.mask_history:
+                input_ids, labels = source + target + input_ids, source_labels + target_labels + labels
+            else:
+                input_ids, labels = input_ids + source + target, labels + source_labels + target_labels
+        return input_ids + eos, labels + eos
+
+
+def encode_sft(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
+    encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch))
+    pairs = [enc.supervised(ids) for ids in encoded]
+    if enc.packing:
+        return pack_examples(pairs, enc.cutoff_len)
+    return {"input_ids": [p[0] for p in pairs], "attention_mask": [[1] * len(p[0]) for p in pairs],
+            "labels": [p[1] for p in pairs]}
+
+
+def encode_pairwise(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
+    chosen = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[:1] for r in batch["_response"]]))
+    rejected = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[1:2] for r in batch["_response"]]))
+    out: dict[str, list] = {c: [] for c in STAGE_COLUMNS["rm"]}
+    for c_ids, r_ids in zip(chosen, rejected, strict=True):
+        prompt = [t for ids in c_ids[:-1] for t in ids]
+        answers = {"chosen": c_ids[-1] + enc.eos(), "rejected": r_ids[-1] + enc.eos()}
+        keep_p, keep_a = split_budget(len(prompt), max(map(len, answers.values())), enc.cutoff_len)
+        for side, answer in answers.items():
+            ids = prompt[:keep_p] + answer[:keep_a]
+            out[f"{side}_input_ids"].append(ids)
+            out[f"{side}_attention_mask"].append([1] * len(ids))
+            out[f"{side}_labels"].append([IGNORE] * keep_p + answer[:keep_a])
+    return out
+
+
+def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
+    """Each prompt with its own answer, and with the previous row's answer for KTO's KL term."""
+    responses = batch["_response"]
+    mismatched = responses[-1:] + responses[:-1]
+    own = enc.template.encode_many(enc.tokenizer, enc.conversations(batch))
+    other = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, mismatched))
+    out: dict[str, list] = {c: [] for c in STAGE_COLUMNS["kto"]}
+    for ids, kl_ids, tag in zip(own, other, batch["_kto_tag"], strict=True):
+        for prefix, message_ids in (("", ids), ("kl_", kl_ids)):
+            prompt, answer = enc.prompt_answer(message_ids)
+            out[f"{prefix}input_ids"].append(prompt + answer)
+            out[f"{prefix}attention_mask"].append([1] * (len(prompt) + len(answer)))
+            out[f"{prefix}labels"].append([IGNORE] * len(prompt) + answer)
+        out["kto_tags"].append(bool(tag))
+    return out
+
+
+def encode_ppo(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
+    """Prompts ending in the generation prompt (the answer slot's opening), truncated as LLaMA-Factory does."""
+    responses = [r[:1] if len(r) == 1 else [{"role": "assistant", "content": ""}] for r in batch["_response"]]
+    encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, responses))
+    prompts = [enc.prompt_answer(ids)[0] for ids in encoded]
+    return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts]}
+
+
+def encode_pt(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
+    """Documents joined by eos; with packing (pt's default) cut into cutoff_len blocks, else truncated each."""
+    tok = enc.tokenizer
+    eos_text = enc.template.pt_eos if enc.template.pt_eos in tok.get_vocab() else tok.eos_token
+    texts = [prompt[0]["content"] + (eos_text or "") for prompt in batch["_prompt"]]
+    docs = tok(texts, add_special_tokens=False)["input_ids"]
+    bos = [tok.bos_token_id] if getattr(tok, "add_bos_token", False) and tok.bos_token_id is not None else []
+    if enc.packing:
+        stream = [t for doc in docs for t in doc]
+        blocks = [stream[i:i + enc.cutoff_len] for i in range(0, len(stream), enc.cutoff_len)]
+        if bos:
+            blocks = [bos + b[1:] for b in blocks]
+    else:
+        blocks = [(bos + doc)[:enc.cutoff_len] for doc in docs]
+    return {"input_ids": blocks, "attention_mask": [[1] * len(b) for b in blocks], "labels": [list(b) for b in blocks]}
+
+
+STAGE_ENCODERS = {"pt": encode_pt, "sft": encode_sft, "rm": encode_pairwise, "dpo": encode_pairwise,
+                  "kto": encode_kto, "ppo": encode_ppo}

@@ -1,0 +1,227 @@
+"""Chat templates: declarative slot lists that turn messages into token ids, turn by turn.
+
+A template says, per role, which text surrounds a message (`{{content}}` marks the message) and where the
+tokenizer's bos/eos tokens go. Each message is encoded on its own, so the ids of a conversation are the
+concatenation of the ids of its turns: encoding turn by turn gives the same ids as encoding it whole, and the
+prompt/response boundary of every turn is exact (that is what label masking needs). Defining a template is a
+few lines in `TEMPLATES`; `template: auto` (or unset) derives one from the tokenizer's own chat template.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuneline.data.tools import TOOL_FORMATS
+from tuneline.errors import ConfigError, did_you_mean
+
+
+@dataclass(frozen=True)
+class Special:
+    """A token taken from the tokenizer: 'bos'/'eos' by role, or a literal token name."""
+
+    name: str
+
+
+BOS, EOS = Special("bos"), Special("eos")
+Slots = tuple[Any, ...]  # str with {{content}}, or Special
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    user: Slots = ("{{content}}",)
+    assistant: Slots | None = None  # default: content then eos (content only with efficient_eos)
+    system: Slots | None = None  # default: the system text alone
+    function: Slots | None = None  # default: the assistant slots
+    observation: Slots | None = None  # default: the user slots
+    prefix: Slots = ()
+    default_system: str = ""
+    stop_words: tuple[str, ...] = ()
+    efficient_eos: bool = False  # eos added once after the last turn instead of after each answer
+    fuse_system: bool = False  # system text is put inside the first user turn (mistral, llama2)
+    tool_format: str = "default"
+    pt_eos: str | None = None  # document separator for pt when not the tokenizer's eos
+    slots: dict[str, Slots] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        assistant = self.assistant or (("{{content}}",) if self.efficient_eos else ("{{content}}", EOS))
+        self.slots.update(
+            user=self.user, assistant=assistant, system=self.system or ("{{content}}",),
+            function=self.function or assistant, observation=self.observation or self.user,
+        )
+
+    def replace(self, **changes) -> Template:
+        return dataclasses.replace(self, slots={}, **changes)
+
+    # --- messages -> pieces (text or token ids), one list per message
+    def pieces(self, messages: list[dict], system: str | None, tools: str | None) -> list[list]:
+        system = system or self.default_system
+        tool_format = TOOL_FORMATS[self.tool_format]
+        out = []
+        for i, message in enumerate(messages):
+            elements: list = []
+            content = message["content"]
+            if i == 0:
+                elements += list(self.prefix)
+                if system or tools:
+                    sys_text = system + (tool_format.tools(tools) if tools else "")
+                    sys_slots = _fill(self.slots["system"], sys_text)
+                    if self.fuse_system:
+                        content = "".join(s for s in sys_slots if isinstance(s, str)) + content
+                    else:
+                        elements += sys_slots
+            role = message["role"]
+            if role == "function":
+                content = tool_format.call(content)
+            elements += _fill(self.slots[role], content, idx=str(i // 2))
+            out.append(elements)
+        return out
+
+    # --- pieces -> ids, tokenizing every text piece of a batch in one call
+    def encode_many(self, tokenizer, conversations: list[tuple[list[dict], str | None, str | None]]) -> list:
+        """[[ids of message 0, ids of message 1, ...] per conversation]."""
+        all_pieces = [self.pieces(m, s, t) for m, s, t in conversations]
+        texts = [p for conv in all_pieces for msg in conv for p in msg if isinstance(p, str)]
+        encoded = iter(tokenizer(texts, add_special_tokens=False)["input_ids"]) if texts else iter(())
+        out = []
+        for conv in all_pieces:
+            conv_ids = []
+            for msg in conv:
+                ids: list[int] = []
+                for piece in msg:
+                    ids += next(encoded) if isinstance(piece, str) else _special_ids(tokenizer, piece)
+                conv_ids.append(ids)
+            out.append(conv_ids)
+        return out
+
+    def encode_multiturn(self, tokenizer, messages, system=None, tools=None) -> list[tuple[list[int], list[int]]]:
+        """(prompt ids, response ids) per turn."""
+        ids = self.encode_many(tokenizer, [(messages, system, tools)])[0]
+        return [(ids[i], ids[i + 1]) for i in range(0, len(ids), 2)]
+
+    def encode_oneturn(self, tokenizer, messages, system=None, tools=None) -> tuple[list[int], list[int]]:
+        """(ids of every message but the last, ids of the last message)."""
+        ids = self.encode_many(tokenizer, [(messages, system, tools)])[0]
+        return [t for msg in ids[:-1] for t in msg], ids[-1]
+
+
+def _fill(slots: Slots, content: str, **extra: str) -> list:
+    out = []
+    for slot in slots:
+        if isinstance(slot, str):
+            slot = slot.replace("{{content}}", content)
+            for key, value in extra.items():
+                slot = slot.replace("{{" + key + "}}", value)
+            if slot:
+                out.append(slot)
+        else:
+            out.append(slot)
+    return out
+
+
+def _special_ids(tokenizer, special: Special) -> list[int]:
+    if special.name in ("bos", "eos"):
+        token_id = tokenizer.bos_token_id if special.name == "bos" else tokenizer.eos_token_id
+        return [] if token_id is None else [token_id]
+    return [tokenizer.convert_tokens_to_ids(special.name)]
+
+
+_IM = "<|im_start|>{role}\n{{{{content}}}}<|im_end|>\n"
+_IM_ASSISTANT = "<|im_start|>assistant\n"
+_L3 = "<|start_header_id|>{role}<|end_header_id|>\n\n{{{{content}}}}<|eot_id|>"
+_L3_ASSISTANT = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+TEMPLATES: dict[str, Template] = {t.name: t for t in (
+    Template("empty", assistant=("{{content}}",)),
+    Template("default", user=("Human: {{content}}", EOS, "\nAssistant:"), assistant=("{{content}}", EOS, "\n"),
+             system=("System: {{content}}", EOS, "\n")),
+    Template("alpaca", user=("### Instruction:\n{{content}}\n\n### Response:\n",),
+             assistant=("{{content}}", EOS, "\n\n"),
+             default_system="Below is an instruction that describes a task. "
+                            "Write a response that appropriately completes the request.\n\n"),
+    Template("chatml", user=(_IM.format(role="user") + _IM_ASSISTANT,), assistant=("{{content}}<|im_end|>\n",),
+             system=(_IM.format(role="system"),), observation=(_IM.format(role="tool") + _IM_ASSISTANT,),
+             stop_words=("<|im_end|>", "<|im_start|>")),
+    Template("qwen", user=(_IM.format(role="user") + _IM_ASSISTANT,), assistant=("{{content}}<|im_end|>\n",),
+             system=(_IM.format(role="system"),),
+             observation=("<|im_start|>user\n<tool_response>\n{{content}}\n</tool_response><|im_end|>\n"
+                          + _IM_ASSISTANT,),
+             default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+             stop_words=("<|im_end|>",), tool_format="qwen"),
+    Template("llama3", user=(_L3.format(role="user") + _L3_ASSISTANT,), assistant=("{{content}}<|eot_id|>",),
+             system=(_L3.format(role="system"),), observation=(_L3.format(role="ipython") + _L3_ASSISTANT,),
+             prefix=(BOS,), stop_words=("<|eot_id|>", "<|eom_id|>"), tool_format="llama3",
+             pt_eos="<|end_of_text|>"),
+    Template("mistral", user=("[INST] {{content}}[/INST]",), assistant=(" {{content}}", EOS),
+             system=("{{content}}\n\n",), function=("[TOOL_CALLS] {{content}}", EOS),
+             observation=('[TOOL_RESULTS] {"content": {{content}}}[/TOOL_RESULTS]',),
+             prefix=(BOS,), fuse_system=True, tool_format="mistral"),
+)}
+
+AUTO = ("auto", None, "")
+
+
+def get_template(name: str | None, tokenizer, tool_format: str | None = None,
+                 default_system: str | None = None) -> Template:
+    """A named built-in template, or (None/'auto') one read from the tokenizer's own chat template."""
+    if name in AUTO:
+        template = template_from_tokenizer(tokenizer)
+    elif name in TEMPLATES:
+        template = TEMPLATES[name]
+    else:
+        raise ConfigError(f"template '{name}' is not known{did_you_mean(name, TEMPLATES)}; "
+                          f"use one of {sorted(TEMPLATES)} or 'auto' for the tokenizer's own")
+    changes: dict[str, Any] = {}
+    if tool_format:
+        if tool_format not in TOOL_FORMATS:
+            raise ConfigError(f"tool_format '{tool_format}' is not known; use one of {sorted(TOOL_FORMATS)}")
+        changes["tool_format"] = tool_format
+    if default_system is not None:
+        changes["default_system"] = default_system
+    return template.replace(**changes) if changes else template
+
+
+def template_from_tokenizer(tokenizer) -> Template:
+    """Slots read off the tokenizer's jinja chat template by rendering placeholder conversations."""
+    if not isinstance(getattr(tokenizer, "chat_template", None), str):
+        return TEMPLATES["empty"]
+
+    def render(messages, generation_prompt):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    mark = "{{content}}"
+    user_full = render([{"role": "user", "content": mark}], True)
+    prefix = tokenizer.decode(tokenizer.encode(""))
+    if not prefix and tokenizer.bos_token and user_full.startswith(tokenizer.bos_token):
+        prefix = tokenizer.bos_token
+    user = user_full[len(prefix):]
+    with_answer = render([{"role": "user", "content": mark}, {"role": "assistant", "content": mark}], False)
+    assistant = with_answer[len(prefix) + len(user):]
+    try:
+        system = render([{"role": "system", "content": mark}], False)[len(prefix):]
+        user_empty_sys = render([{"role": "system", "content": ""}, {"role": "user", "content": mark}], True)
+        user_empty_sys = user_empty_sys[len(prefix):]
+    except Exception:  # templates that reject a system-only conversation
+        system, user_empty_sys = None, user
+    default_system = ""
+    if system and len(user) > len(user_empty_sys):  # the template inserts its own system prompt
+        default_system = _inserted_text(user_empty_sys, user)
+        user = user[len(system.replace(mark, default_system, 1)):]
+    return Template(
+        name="auto", user=(user,), assistant=(assistant,), system=(system,) if system else None,
+        function=(assistant,), observation=(user,), prefix=(prefix,) if prefix else (),
+        default_system=default_system,
+    )
+
+
+def _inserted_text(short: str, long: str) -> str:
+    """The characters of `long` that `short` lacks, in order (the default system prompt)."""
+    i, out = 0, []
+    for ch in long:
+        if i < len(short) and short[i] == ch:
+            i += 1
+        else:
+            out.append(ch)
+    return "".join(out)
