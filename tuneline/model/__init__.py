@@ -1,5 +1,34 @@
-"""Model side: tokenizer and model loading, adapters and finetuning types."""
+"""Model side: tokenizer and model loading, adapters, finetuning types, PiSSA, LoRA+ and BAdam optimizers.
 
+Names are imported on first use, so `from tuneline.model import model_fingerprint` stays free of torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from tuneline.model.fingerprint import model_fingerprint
 from tuneline.model.tokenizer import load_tokenizer, tokenizer_fingerprint
 
-__all__ = ["load_tokenizer", "tokenizer_fingerprint"]
+_LAZY = {
+    "load_model": "tuneline.model.loader",
+    "count_parameters": "tuneline.model.loader",
+    "training_precision": "tuneline.model.precision",
+    "compute_dtype": "tuneline.model.precision",
+    "save_pissa_init": "tuneline.model.pissa",
+    "convert_pissa_adapter": "tuneline.model.pissa",
+    "pissa_init_dir": "tuneline.model.pissa",
+    "PissaConvertCallback": "tuneline.model.pissa",
+    "create_loraplus_optimizer": "tuneline.model.optimizers",
+    "create_badam_optimizer": "tuneline.model.optimizers",
+    "prepare_trainer_for_badam": "tuneline.model.optimizers",
+    "badam_problems": "tuneline.model.optimizers",
+}
+
+__all__ = ["load_tokenizer", "model_fingerprint", "tokenizer_fingerprint", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tuneline.model' has no attribute '{name}'")

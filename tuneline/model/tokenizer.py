@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config.args import ModelArgs
+from tuneline.config.run_config import split_names
 from tuneline.fingerprint import FileHasher, fingerprint
 
 # Files that decide how text becomes ids; weights are deliberately not among them.
@@ -30,6 +31,9 @@ def load_tokenizer(model_args: ModelArgs):
     )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    extra = split_names(model_args.add_special_tokens)
+    if extra:  # load_model grows the embeddings to match
+        tokenizer.add_special_tokens({"extra_special_tokens": extra}, replace_extra_special_tokens=False)
     return tokenizer
 
 
@@ -41,4 +45,5 @@ def tokenizer_fingerprint(model_args: ModelArgs, memo_dir: str | Path | None = N
     hasher = FileHasher(memo_dir)
     files = {name: hasher.hash_file(root / name) for name in TOKENIZER_FILES if (root / name).is_file()}
     hasher.save()
-    return fingerprint("tokenizer", files, model_args.split_special_tokens, model_args.use_fast_tokenizer)
+    return fingerprint("tokenizer", files, model_args.split_special_tokens, model_args.use_fast_tokenizer,
+                       *([model_args.add_special_tokens] if model_args.add_special_tokens else []))

@@ -1,0 +1,90 @@
+"""export_model: the merged standalone model gives base+adapter logits, in safetensors or legacy .bin."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tuneline.config import load_config
+from tuneline.errors import ConfigError
+from tuneline.export import export_model
+
+
+def _config(tiny_model_dir, **keys):
+    base = {"model_name_or_path": str(tiny_model_dir), "dataset": "unused"}
+    return load_config(None, {**base, **keys}, check_paths=False)
+
+
+def make_adapter(base_dir, out_dir, seed, targets):
+    """A LoRA adapter with random, non-zero A and B, so it changes the logits."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=list(targets), init_lora_weights=False)
+    get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir), config).save_pretrained(str(out_dir))
+    return out_dir
+
+
+def logits(model, batch):
+    model.eval()
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    first = make_adapter(tiny_model_dir, root / "a1", seed=1, targets=("q_proj", "v_proj", "down_proj"))
+    second = make_adapter(tiny_model_dir, root / "a2", seed=2, targets=("o_proj", "gate_proj"))
+    return [str(first), str(second)]
+
+
+def _reference_logits(tiny_model_dir, adapters, batch):
+    """Base + adapters applied unmerged, one after the other."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    for path in adapters[:-1]:
+        model = PeftModel.from_pretrained(model, path).merge_and_unload()
+    return logits(PeftModel.from_pretrained(model, adapters[-1]), batch)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    ids = torch.randint(4, 500, (2, 10), generator=torch.Generator().manual_seed(0))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_export_matches_base_plus_adapters(tiny_model_dir, adapters, batch, tmp_path, legacy):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = _config(tiny_model_dir, adapter_name_or_path=",".join(adapters), export_dir=str(tmp_path / "merged"),
+                     export_legacy_format=legacy)
+    out = export_model(config)
+    names = {p.name for p in out.iterdir()}
+    weights = {n for n in names if n.endswith((".safetensors", ".bin"))}
+    assert weights == ({"pytorch_model.bin"} if legacy else {"model.safetensors"})
+    assert {"config.json", "tokenizer.json", "chat_template.jinja"} <= names
+    assert not any(p.name.startswith(".merged.tmp") for p in tmp_path.iterdir())
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    reference = _reference_logits(tiny_model_dir, adapters, batch)
+    base = logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir), batch)
+    assert (reference - base).abs().max() > 1e-2  # the adapters matter
+    assert (logits(merged, batch) - reference).abs().max() < 1e-4
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer("hello")["input_ids"] == AutoTokenizer.from_pretrained(tiny_model_dir)("hello")["input_ids"]
+    export_model(config)  # an earlier export is replaced whole
+
+
+def test_export_needs_an_export_dir_and_a_free_folder(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="'export_dir' is not set"):
+        export_model(_config(tiny_model_dir))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="holds files that no earlier export wrote"):
+        export_model(_config(tiny_model_dir, export_dir=str(tmp_path / "busy")))
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"

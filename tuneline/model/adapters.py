@@ -1,0 +1,149 @@
+"""LoRA adapters: load (and merge) existing ones, or attach a new one from the config's lora_* keys.
+
+Several adapters in `adapter_name_or_path` are applied in order. When training without `create_new_adapter`, all
+but the last are merged into the base and the last one keeps training; otherwise every adapter is merged (and a
+fresh one is added when training). A quantized base cannot absorb merges, so it takes exactly one adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from tuneline.config import RunConfig
+from tuneline.config.run_config import split_names
+from tuneline.config.validate import check_model_path
+from tuneline.errors import ConfigError, UserError, did_you_mean
+
+logger = logging.getLogger("tuneline")
+
+# Output layers score tokens or sequences; adapting them is what `additional_target` is for, never 'all'.
+OUTPUT_LAYER_NAMES = frozenset({"lm_head", "score", "classifier", "v_head", "output_layer"})
+LINEAR_CLASS_NAMES = frozenset({"Linear4bit", "Linear8bitLt", "Conv1D"})
+
+
+def check_adapter_paths(paths: list[str]) -> list[str]:
+    """Each adapter must be a local folder holding adapter_config.json, or a hub id."""
+    problems = []
+    for path in paths:
+        problems += check_model_path(path, "adapter_name_or_path")
+        if Path(path).expanduser().is_dir() and not (Path(path).expanduser() / "adapter_config.json").is_file():
+            problems.append(f"'adapter_name_or_path' entry '{path}' is not a LoRA adapter folder: it has no "
+                            "adapter_config.json (a fully trained model goes in 'model_name_or_path' instead)")
+    return problems
+
+
+def load_adapter(model, path: str, is_trainable: bool):
+    """PeftModel of `model` with the adapter at `path`; a clear error when it was trained on another model."""
+    from peft import PeftModel
+
+    try:
+        return PeftModel.from_pretrained(model, path, is_trainable=is_trainable)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        trained_on = _adapter_base_name(path)
+        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"adapter '{path}' does not fit the base model '{model.name_or_path}'"
+            + (f" (it was trained on '{trained_on}')" if trained_on else "")
+            + f": {detail}. Load it on the model it was trained on ('model_name_or_path'), or drop it from "
+            "'adapter_name_or_path'"
+        ) from None
+
+
+def _adapter_base_name(path: str) -> str | None:
+    config_file = Path(path) / "adapter_config.json"
+    try:
+        return json.loads(config_file.read_text()).get("base_model_name_or_path")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def attach_adapters(model, config: RunConfig, adapters: list[str], is_trainable: bool):
+    """Merge and/or load `adapters`; returns (model, whether the last adapter stays attached to keep training)."""
+    if not adapters:
+        return model, False
+    quantized = config.model.quantization_bit is not None
+    if quantized and len(adapters) > 1:
+        raise ConfigError(f"a quantized model ('quantization_bit: {config.model.quantization_bit}') cannot merge "
+                          f"adapters, so it takes one adapter; 'adapter_name_or_path' lists {len(adapters)}")
+    keeps_last = config.finetuning.finetuning_type == "lora" and (
+        (is_trainable and not config.finetuning.create_new_adapter) or quantized)
+    to_merge = adapters[:-1] if keeps_last else adapters
+    for path in to_merge:
+        model = load_adapter(model, path, is_trainable=False).merge_and_unload()
+    if to_merge:
+        logger.info("merged %d adapter(s) into the base model: %s", len(to_merge), ", ".join(to_merge))
+    if keeps_last:
+        model = load_adapter(model, adapters[-1], is_trainable=is_trainable)
+        logger.info("loaded adapter %s (%s)", adapters[-1], "training it further" if is_trainable else "unmerged")
+    return model, keeps_last
+
+
+def linear_module_names(model) -> set[str]:
+    """Leaf names of every linear layer except the output layers: what `lora_target: all` adapts."""
+    import torch
+
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    names = set()
+    for name, module in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if module is output or leaf in OUTPUT_LAYER_NAMES:
+            continue
+        if isinstance(module, torch.nn.Linear) or type(module).__name__ in LINEAR_CLASS_NAMES:
+            names.add(leaf)
+    return names
+
+
+def _check_module_names(model, key: str, names: list[str]) -> None:
+    leaves = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules() if name}
+    problems = [f"'{key}' names '{n}', which is no module of this {model.config.model_type} model"
+                f"{did_you_mean(n, leaves)}" for n in names if n not in leaves]
+    if problems:
+        raise ConfigError(problems + [f"linear modules of this model: {', '.join(sorted(linear_module_names(model)))}"])
+
+
+def _embedding_module_names(model) -> list[str]:
+    embeddings = [model.get_input_embeddings(), model.get_output_embeddings()]
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if name and any(module is e for e in embeddings if e is not None)})
+
+
+def lora_config(model, config: RunConfig, add_valuehead: bool):
+    """peft LoraConfig from the lora_* keys."""
+    from peft import LoraConfig, TaskType
+
+    ft = config.finetuning
+    names = split_names(ft.lora_target)
+    if names == ["all"]:
+        targets = sorted(linear_module_names(model))
+    else:
+        _check_module_names(model, "lora_target", names)
+        targets = names
+    extra = split_names(ft.additional_target)
+    _check_module_names(model, "additional_target", extra)
+    if not extra and (config.model.resize_vocab or config.model.add_special_tokens):
+        extra = _embedding_module_names(model)  # the new token rows must train and be saved with the adapter
+    init: bool | str = True
+    if ft.pissa_init:
+        init = "pissa" if ft.pissa_iter == -1 else f"pissa_niter_{ft.pissa_iter}"
+    return LoraConfig(
+        task_type=TaskType.SEQ_CLS if add_valuehead else TaskType.CAUSAL_LM,
+        r=ft.lora_rank, lora_alpha=ft.lora_alpha or 2 * ft.lora_rank, lora_dropout=ft.lora_dropout,
+        target_modules=targets, modules_to_save=extra or None,
+        use_rslora=ft.use_rslora, use_dora=ft.use_dora, init_lora_weights=init,
+    )
+
+
+def add_lora(model, config: RunConfig, add_valuehead: bool):
+    """A fresh trainable LoRA adapter; PiSSA's randomized SVD is seeded so a resumed run rebuilds the same base."""
+    import torch
+    from peft import get_peft_model
+
+    peft_config = lora_config(model, config, add_valuehead)
+    logger.info("new LoRA adapter: rank %d, alpha %s, targets %s%s", peft_config.r, peft_config.lora_alpha,
+                ",".join(peft_config.target_modules), f", init {peft_config.init_lora_weights}"
+                if peft_config.init_lora_weights is not True else "")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(config.training.get("seed", 42)))
+        return get_peft_model(model, peft_config)

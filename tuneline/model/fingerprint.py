@@ -1,0 +1,60 @@
+"""The model's content fingerprint: what `train` and `evaluate` cache keys say about the model. No torch here.
+
+Local weights are hashed by content (memoised by path, size and mtime, so a 15 GB model is read once); a hub id
+stands for itself at its revision. Only top-level files count: a trained output_dir's checkpoint-*/ folders and
+logs do not change the model it holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuneline.config import RunConfig
+from tuneline.config.run_config import split_names
+from tuneline.fingerprint import FileHasher, fingerprint
+
+WEIGHT_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json", "*.bin", "*.bin.index.json")
+REMOTE_CODE_PATTERNS = ("*.py",)
+NOT_WEIGHTS = frozenset({"training_args.bin", "optimizer.bin", "scheduler.bin"})
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+
+# Keys that change which weights load, whatever the finetuning.
+LOAD_KEYS = ("model_revision", "quantization_bit", "quantization_type", "double_quantization", "resize_vocab",
+             "add_special_tokens", "trust_remote_code")
+# Keys that change what the finetuning starts from and which parameters train.
+FINETUNING_KEYS = (
+    "finetuning_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
+    "use_dora", "create_new_adapter", "pissa_init", "pissa_iter", "pissa_convert", "freeze_trainable_layers",
+    "freeze_trainable_modules", "freeze_extra_modules", "use_badam", "badam_mode", "badam_start_block",
+    "badam_switch_mode", "badam_switch_interval", "badam_update_ratio", "badam_mask_mode",
+)
+
+
+def _local_files(root: Path, patterns: tuple[str, ...]) -> list[Path]:
+    return sorted({p for pattern in patterns for p in root.glob(pattern)
+                   if p.is_file() and p.name not in NOT_WEIGHTS})
+
+
+def _source_hash(path: str, patterns: tuple[str, ...], hasher: FileHasher, revision: str | None) -> object:
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        return ["hub", path, revision]
+    return {p.name: hasher.hash_file(p) for p in _local_files(root, patterns)}
+
+
+def model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None, *, adapters: str | None = None,
+                      include_finetuning: bool = True) -> str:
+    """sha256 over base weights, adapter files and the load (and, by default, finetuning) keys.
+
+    `adapters` replaces `adapter_name_or_path` as in `load_model`; `include_finetuning=False` keys the model as it
+    loads for evaluation, so every run on the same base shares the base model's evaluation.
+    """
+    margs = config.model
+    hasher = FileHasher(memo_dir)
+    patterns = WEIGHT_PATTERNS + (REMOTE_CODE_PATTERNS if margs.trust_remote_code else ())
+    base = _source_hash(str(margs.model_name_or_path), patterns, hasher, margs.model_revision)
+    adapter_list = split_names(margs.adapter_name_or_path if adapters is None else adapters)
+    adapter_hashes = [_source_hash(a, ADAPTER_FILES, hasher, None) for a in adapter_list]
+    hasher.save()
+    keys = LOAD_KEYS + (FINETUNING_KEYS if include_finetuning else ())
+    return fingerprint("model", base, adapter_hashes, config.slice(*keys))

@@ -1,0 +1,127 @@
+"""`load_model`: base weights, adapters, then the finetuning type's trainable set.
+
+The reward model (`add_valuehead=True`) is `AutoModelForSequenceClassification` with one label: the decoder with
+a Linear(hidden, 1) `score` head read at each sequence's last non-padding token. It is what trl's RewardTrainer
+and PPO value/reward models take, Trainer saves and resumes it natively, and peft's SEQ_CLS task saves the head
+beside a LoRA adapter (modules_to_save) in adapter_model.safetensors. trl 1.16 ships no value-head wrapper.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tuneline.config import RunConfig
+from tuneline.config.run_config import split_names
+from tuneline.config.validate import check_model_path
+from tuneline.errors import ConfigError, UserError
+from tuneline.model.adapters import add_lora, attach_adapters, check_adapter_paths
+from tuneline.model.freeze import setup_freeze, setup_full
+from tuneline.model.precision import attention_kwargs, compute_dtype, quantization_kwargs
+
+logger = logging.getLogger("tuneline")
+
+TRAINABLE_SETUPS = {"freeze": setup_freeze, "full": setup_full}
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(trainable, total) parameter counts; 4-bit weights count as the values they pack, ZeRO-3 shards whole."""
+    trainable = total = 0
+    for param in model.parameters():
+        count = getattr(param, "ds_numel", 0) or param.numel()
+        if type(param).__name__ == "Params4bit":
+            count *= 2 * getattr(getattr(param, "quant_storage", None), "itemsize", 1)
+        total += count
+        if param.requires_grad:
+            trainable += count
+    return trainable, total
+
+
+def log_parameter_counts(model) -> None:
+    trainable, total = count_parameters(model)
+    logger.info("trainable params: %s || all params: %s || trainable%%: %.4f",
+                f"{trainable:,}", f"{total:,}", 100 * trainable / max(total, 1))
+
+
+def load_base_model(config: RunConfig, tokenizer, is_trainable: bool, add_valuehead: bool):
+    """The pretrained weights in the compute dtype, as a causal LM or a one-label sequence scorer."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    margs = config.model
+    dtype = compute_dtype(config, is_trainable)
+    kwargs = dict(dtype=dtype, trust_remote_code=margs.trust_remote_code, revision=margs.model_revision,
+                  cache_dir=margs.cache_dir, token=margs.hf_hub_token, **attention_kwargs(config),
+                  **quantization_kwargs(config, dtype))
+    if add_valuehead:
+        kwargs.update(num_labels=1, pad_token_id=tokenizer.pad_token_id)
+    model_class = AutoModelForSequenceClassification if add_valuehead else AutoModelForCausalLM
+    try:
+        model = model_class.from_pretrained(margs.model_name_or_path, **kwargs)
+    except OSError as exc:
+        raise UserError(f"cannot load 'model_name_or_path' '{margs.model_name_or_path}': {exc}") from None
+    if grows_vocab(config) and model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)
+        logger.info("resized the embeddings to the tokenizer's %d tokens", len(tokenizer))
+    return model
+
+
+def grows_vocab(config: RunConfig) -> bool:
+    """New tokens need new embedding rows: `resize_vocab`, or `add_special_tokens` which implies it."""
+    return bool(config.model.resize_vocab or config.model.add_special_tokens)
+
+
+def _prepare_for_training(model, config: RunConfig) -> None:
+    """Trainable weights in fp32 under half-precision autocast; checkpointing that reaches frozen inputs."""
+    import torch
+
+    half = {torch.float16, torch.bfloat16}
+    if not config.finetuning.use_badam:  # BAdam keeps its own fp32 copy of the active block
+        for param in model.parameters():
+            if param.requires_grad and param.dtype in half:
+                param.data = param.data.float()
+    if config.training.get("gradient_checkpointing"):
+        kwargs = config.training.get("gradient_checkpointing_kwargs") or {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.23 name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        model.enable_input_require_grads()
+        model.config.use_cache = False
+    model.train()
+
+
+def _check_request(config: RunConfig, adapters: list[str]) -> None:
+    problems = check_model_path(config.model.model_name_or_path, "model_name_or_path")
+    if not config.model.model_name_or_path:
+        problems.append("'model_name_or_path' is required: a local model folder or a hub id")
+    problems += check_adapter_paths(adapters)
+    if problems:
+        raise UserError(problems)
+
+
+def load_model(config: RunConfig, tokenizer, is_trainable: bool = True, add_valuehead: bool = False,
+               adapters: str | None = None):
+    """The model a stage trains or evaluates. `adapters` (comma-separated) replaces `adapter_name_or_path`."""
+    adapter_list = split_names(config.model.adapter_name_or_path if adapters is None else adapters)
+    _check_request(config, adapter_list)
+    model = load_base_model(config, tokenizer, is_trainable, add_valuehead)
+    if config.model.quantization_bit is not None and is_trainable:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=bool(config.training.get("gradient_checkpointing")))
+    model, keeps_adapter = attach_adapters(model, config, adapter_list, is_trainable)
+    finetuning_type = config.finetuning.finetuning_type
+    if is_trainable and finetuning_type == "lora" and not keeps_adapter:
+        model = add_lora(model, config, add_valuehead)
+    elif is_trainable and finetuning_type != "lora":
+        TRAINABLE_SETUPS[finetuning_type](model, config)
+    if is_trainable:
+        _prepare_for_training(model, config)
+        if count_parameters(model)[0] == 0:
+            raise ConfigError(f"'finetuning_type: {finetuning_type}' leaves no trainable parameter; check "
+                              "'freeze_trainable_layers', 'freeze_trainable_modules' and 'freeze_extra_modules'")
+    else:
+        model.requires_grad_(False)
+        model.eval()
+    log_parameter_counts(model)
+    return model
