@@ -1,0 +1,127 @@
+"""dpo stage: precomputed and live references agree; training on demo pairs raises rewards/accuracies."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+
+from tuneline.config import load_config
+from tuneline.data import build_dataset, load_processed
+from tuneline.model import load_model, load_tokenizer
+from tuneline.reference import build_reference_logps, load_reference_model
+from tuneline.train.dpo import DPOTrainer
+from tuneline.train.trainer_base import StageSpec, build_trainer
+
+DATA = Path(__file__).resolve().parents[3] / "data"
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def make_config(tmp_path, model_dir, cache_dir, **overrides):
+    values = {"model_name_or_path": str(model_dir), "stage": "dpo", "dataset": "demo_pref",
+              "dataset_dir": str(DATA), "cutoff_len": 64, "max_samples": 64, "val_size": 16,
+              "output_dir": str(tmp_path / "out"), "pipeline_cache_dir": str(cache_dir),
+              "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8, "save_strategy": "no",
+              "eval_strategy": "no", "logging_steps": 5, "seed": 0, "disable_tqdm": True, **overrides}
+    return load_config(overrides=values)
+
+
+def make_trainer(config, policy, tokenizer, datasets, ref_model):
+    from tuneline.data import build_collator
+
+    spec = StageSpec(name="dpo", trainer_class=partial(DPOTrainer, ref_model=ref_model))
+    return build_trainer(config, spec, policy, tokenizer, datasets, build_collator("dpo", tokenizer), [])
+
+
+def nudge(model, scale=0.05):
+    """Move the trainable weights so the policy differs from its reference."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn(param.shape, generator=generator) * scale)
+
+
+@pytest.mark.parametrize(("finetuning_type", "pref_loss"), [("lora", "sigmoid"), ("full", "ipo"),
+                                                             ("freeze", "hinge")])
+def test_precomputed_and_live_reference_agree(tmp_path, tiny_model_dir, cache_dir, finetuning_type, pref_loss):
+    config = make_config(tmp_path, tiny_model_dir, cache_dir, finetuning_type=finetuning_type,
+                         pref_loss=pref_loss, freeze_trainable_layers=1)
+    data_ref = build_dataset(config)
+    ref_ref = build_reference_logps(config, data_ref)
+    assert ref_ref["needed"] and ref_ref["rows"] == {"train": 48, "validation": 16}
+    tokenizer = load_tokenizer(config.model)
+    policy = load_model(config, tokenizer)
+    nudge(policy)
+    live = make_trainer(config, policy, tokenizer, load_processed(data_ref),
+                        load_reference_model(config, tokenizer))
+    stored = make_trainer(config, policy, tokenizer, load_processed(ref_ref), None)
+    assert (live.ref_model is None) == (finetuning_type == "lora")  # LoRA: the policy with adapter disabled
+    for rows in (range(0, 4), range(4, 12)):
+        batch_live = live.data_collator([live.train_dataset[i] for i in rows])
+        batch_stored = stored.data_collator([stored.train_dataset[i] for i in rows])
+        assert "ref_chosen_logps" in batch_stored and "ref_chosen_logps" not in batch_live
+        loss_live, metrics_live = live.batch_loss(policy, batch_live)
+        loss_stored, metrics_stored = stored.batch_loss(policy, batch_stored)
+        assert abs(loss_live.item() - loss_stored.item()) < 1e-5
+        assert metrics_live.keys() == metrics_stored.keys()
+        for name, value in metrics_live.items():
+            assert metrics_stored[name] == pytest.approx(value, abs=1e-5), name
+        assert abs(metrics_live["rewards/margins"]) > 1e-4  # the policy really differs from the reference
+
+
+def test_reference_step_is_a_cache_hit_across_beta_and_loss(tmp_path, tiny_model_dir, cache_dir):
+    first = build_reference_logps(make_config(tmp_path, tiny_model_dir, cache_dir, pref_beta=0.1), build_dataset(
+        make_config(tmp_path, tiny_model_dir, cache_dir)))
+    data_ref = build_dataset(make_config(tmp_path, tiny_model_dir, cache_dir))
+    for overrides in ({"pref_beta": 0.5}, {"pref_loss": "hinge"}, {"learning_rate": 1e-3}):
+        again = build_reference_logps(make_config(tmp_path, tiny_model_dir, cache_dir, **overrides), data_ref)
+        assert again["cache_hit"] and again["path"] == first["path"], overrides
+
+
+def read_log(output_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_lora_dpo_raises_reward_accuracy_with_precomputed_reference(tmp_path, tiny_model_dir, cache_dir):
+    from tuneline.train.dpo import run
+
+    config = make_config(tmp_path, tiny_model_dir, cache_dir, max_steps=30, learning_rate=5e-3, pref_beta=0.5,
+                         eval_strategy="steps", eval_steps=30, max_samples=128, eval_on_start=True)
+    ref = build_reference_logps(config, build_dataset(config))
+    result = run(config, ref, [])
+    log = read_log(config.output_dir)
+    train_log = [e for e in log if "rewards/accuracies" in e]
+    train = [e["rewards/accuracies"] for e in train_log]
+    assert len(train) == 6
+    assert sum(train[-3:]) / 3 > sum(train[:2]) / 2 + 0.2, train
+    evals = [e for e in log if "eval_rewards/accuracies" in e]
+    assert evals[0]["current_steps"] == 0 and evals[0]["eval_rewards/accuracies"] == 0.0  # policy == reference
+    assert evals[-1]["eval_rewards/accuracies"] >= 0.75
+    for name in ("rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"):
+        assert name in train_log[0] and f"eval_{name}" in evals[0]
+    assert result["metrics"]["eval_rewards/accuracies"] == evals[-1]["eval_rewards/accuracies"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pref_loss", ["orpo", "simpo"])
+def test_reference_free_losses_train_without_reference(tmp_path, tiny_model_dir, cache_dir, pref_loss):
+    from tuneline.train.dpo import run
+
+    config = make_config(tmp_path, tiny_model_dir, cache_dir, pref_loss=pref_loss, max_steps=10,
+                         learning_rate=5e-3, finetuning_type="full")
+    ref = build_reference_logps(config, build_dataset(config))
+    assert ref["needed"] is False
+    run(config, build_dataset(config), [])
+    log = read_log(config.output_dir)
+    assert all(e["loss"] > 0 for e in log if "loss" in e)
+    if pref_loss == "orpo":
+        assert "sft_loss" in log[0] and "odds_ratio_loss" in log[0]

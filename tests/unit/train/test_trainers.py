@@ -1,0 +1,117 @@
+"""pt / sft / rm trainers on the tiny model: loss over label tokens only, loss falling, metrics, predictions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from train_helpers import IGNORE, make_config, make_splits
+
+
+def build(config, stage: str, tokenizer, splits=None):
+    from tuneline.data.collators import build_collator
+    from tuneline.model.loader import load_model
+    from tuneline.train import stage_runner
+    from tuneline.train.callbacks import build_callbacks
+    from tuneline.train.trainer_base import build_trainer
+
+    spec = __import__(stage_runner(stage).__module__, fromlist=["SPEC"]).SPEC
+    splits = splits if splits is not None else make_splits(tokenizer, "rm" if stage == "rm" else "sft")
+    model = load_model(config, tokenizer, is_trainable=True, add_valuehead=spec.add_valuehead)
+    collator = build_collator(spec.name, tokenizer)
+    callbacks = build_callbacks(config, config.output_dir)
+    return build_trainer(config, spec, model, tokenizer, splits, collator, callbacks), spec
+
+
+def run(config, stage, tokenizer, splits=None):
+    from tuneline.train.trainer_base import train_and_evaluate
+
+    trainer, spec = build(config, stage, tokenizer, splits)
+    return trainer, train_and_evaluate(trainer, config, spec, tokenizer)
+
+
+def logged(output_dir, key="loss"):
+    lines = [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
+    return [r[key] for r in lines if key in r]
+
+
+def test_sft_loss_counts_only_label_tokens(tiny_model_dir, tokenizer, tmp_path):
+    import torch
+
+    config = make_config(tiny_model_dir, tmp_path / "out", max_steps=1)
+    trainer, _ = build(config, "sft", tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    assert (batch["labels"] == IGNORE).any() and (batch["labels"] != IGNORE).any()
+    with torch.no_grad():
+        loss = trainer.compute_loss(trainer.model, dict(batch)).item()
+        logits = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    shift_logits, shift_labels = logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1)
+    counted = shift_labels != IGNORE
+    by_hand = torch.nn.functional.cross_entropy(shift_logits[counted], shift_labels[counted]).item()
+    assert loss == pytest.approx(by_hand, rel=1e-5)
+    every_token = torch.nn.functional.cross_entropy(shift_logits, batch["input_ids"][:, 1:].reshape(-1)).item()
+    assert abs(every_token - by_hand) > 1e-3  # the masked prompt tokens would have changed the loss
+
+
+@pytest.mark.slow
+def test_sft_full_trains_and_reports_accuracy_and_predictions(tiny_model_dir, tokenizer, tmp_path):
+    out = tmp_path / "out"
+    config = make_config(tiny_model_dir, out, max_steps=8, compute_accuracy=True, predict_with_generate=True,
+                         do_sample=False, max_new_tokens=8, per_device_eval_batch_size=4)
+    trainer, metrics = run(config, "sft", tokenizer)
+    losses = logged(out)
+    assert len(losses) == 8 and losses[-1] < losses[0]
+    assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and metrics["eval_perplexity"] > 1.0
+    rows = [json.loads(line) for line in (out / "generated_predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and set(rows[0]) == {"prompt", "label", "prediction"}
+    assert "assistant" in rows[0]["prompt"] and rows[0]["label"]
+    assert {"predict_rouge-1", "predict_rouge-2", "predict_rouge-l", "predict_bleu-4"} <= set(metrics)
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    record = json.loads((out / "trainer_log.jsonl").read_text().splitlines()[0])
+    assert {"current_steps", "total_steps", "loss", "lr", "epoch", "percentage", "elapsed_time",
+            "remaining_time", "total_tokens", "throughput"} <= set(record)
+    assert record["total_steps"] == 8 and record["total_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_sft_lora_trains_only_the_adapter(tiny_model_dir, tokenizer, tmp_path):
+    out = tmp_path / "out"
+    config = make_config(tiny_model_dir, out, finetuning_type="lora", lora_rank=4, learning_rate=2e-2, max_steps=6)
+    trainer, _ = run(config, "sft", tokenizer)
+    losses = logged(out)
+    assert losses[-1] < losses[0]
+    assert (out / "adapter_model.safetensors").is_file() and not (out / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_pt_trains_on_every_token(tiny_model_dir, tokenizer, tmp_path):
+    out = tmp_path / "out"
+    splits = make_splits(tokenizer, "sft").map(lambda row: {"labels": row["input_ids"]})
+    config = make_config(tiny_model_dir, out, stage="pt", dataset="demo_pt")
+    _, metrics = run(config, "pt", tokenizer, splits)
+    losses = logged(out)
+    assert losses[-1] < losses[0] and metrics["eval_perplexity"] > 1.0
+
+
+@pytest.mark.slow
+def test_rm_pairwise_loss_falls_and_reports_accuracy(tiny_model_dir, tokenizer, tmp_path):
+    import torch
+
+    from tuneline.train.rm import pair_scores, pairwise_loss
+
+    out = tmp_path / "out"
+    config = make_config(tiny_model_dir, out, stage="rm", dataset="demo_pref", max_steps=8, learning_rate=1e-2)
+    trainer, metrics = run(config, "rm", tokenizer)
+    losses = logged(out)
+    assert losses[-1] < losses[0]
+    assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and "eval_margin" in metrics
+    batch = trainer.data_collator([trainer.eval_dataset[i] for i in range(4)])
+    with torch.no_grad():
+        chosen, rejected = pair_scores(trainer.model, batch)
+        loss = pairwise_loss(chosen, rejected).item()
+    assert loss == pytest.approx(-torch.nn.functional.logsigmoid(chosen - rejected).mean().item(), rel=1e-6)
+    # the score is the one at the last real token: extra right padding must not change it
+    padded = {k: torch.nn.functional.pad(v, (0, 5), value=0 if "mask" in k else tokenizer.pad_token_id)
+              for k, v in batch.items()}
+    with torch.no_grad():
+        assert torch.allclose(pair_scores(trainer.model, padded)[0], chosen, atol=1e-5)

@@ -1,0 +1,78 @@
+"""Helpers for the trainer tests (imported as `train_helpers`): configs on the tiny model and small tokenized splits of the demo data.
+
+The splits are tokenized here with the tiny model's chat template (prompt tokens labelled -100), the columns
+tuneline.data produces for sft/pt/rm, so the trainers are tested without depending on the data pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+IGNORE = -100
+
+
+def config_values(model_dir: Path, output_dir: Path, **overrides) -> dict:
+    values = {
+        "model_name_or_path": str(model_dir), "stage": "sft", "finetuning_type": "full", "dataset": "demo_sft",
+        "dataset_dir": str(REPO_ROOT / "data"), "output_dir": str(output_dir), "per_device_train_batch_size": 4,
+        "learning_rate": 5e-3, "max_steps": 6, "logging_steps": 1, "save_steps": 1000, "seed": 7,
+        "lr_scheduler_type": "constant", "pipeline_cache_dir": str(output_dir.parent / "cache"),
+        "dataloader_num_workers": 0,
+    }
+    values.update(overrides)
+    return values
+
+
+def make_config(model_dir: Path, output_dir: Path, **overrides):
+    from tuneline.config import load_config
+
+    return load_config(None, config_values(model_dir, output_dir, **overrides), check_paths=False)
+
+
+def write_config(path: Path, model_dir: Path, output_dir: Path, **overrides) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(config_values(model_dir, output_dir, **overrides)))
+    return path
+
+
+def _chat_ids(tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    messages = [{"role": "user", "content": prompt}]
+    prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "keys"):
+        prompt_ids = prompt_ids["input_ids"]
+    answer_ids = tokenizer(answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    return list(prompt_ids), list(answer_ids)
+
+
+def sft_rows(tokenizer, count: int, offset: int = 0) -> dict[str, list]:
+    rows = json.loads((REPO_ROOT / "data" / "demo_sft.json").read_text())[offset:offset + count]
+    out = {"input_ids": [], "attention_mask": [], "labels": []}
+    for row in rows:
+        prompt, answer = _chat_ids(tokenizer, f"{row['instruction']}\n{row['input']}", row["output"])
+        out["input_ids"].append(prompt + answer)
+        out["attention_mask"].append([1] * (len(prompt) + len(answer)))
+        out["labels"].append([IGNORE] * len(prompt) + answer)
+    return out
+
+
+def rm_rows(tokenizer, count: int, offset: int = 0) -> dict[str, list]:
+    rows = json.loads((REPO_ROOT / "data" / "demo_pref.json").read_text())[offset:offset + count]
+    out = {f"{side}_{col}": [] for side in ("chosen", "rejected") for col in ("input_ids", "attention_mask", "labels")}
+    for row in rows:
+        for side in ("chosen", "rejected"):
+            prompt, answer = _chat_ids(tokenizer, f"{row['instruction']}\n{row['input']}", row[side])
+            out[f"{side}_input_ids"].append(prompt + answer)
+            out[f"{side}_attention_mask"].append([1] * (len(prompt) + len(answer)))
+            out[f"{side}_labels"].append([IGNORE] * len(prompt) + answer)
+    return out
+
+
+def make_splits(tokenizer, stage: str = "sft", train: int = 32, validation: int = 8):
+    from datasets import Dataset, DatasetDict
+
+    build = rm_rows if stage == "rm" else sft_rows
+    return DatasetDict({"train": Dataset.from_dict(build(tokenizer, train)),
+                        "validation": Dataset.from_dict(build(tokenizer, validation, offset=train))})

@@ -1,0 +1,138 @@
+"""Preference losses as pure functions of per-sequence log-probs: no model, no trainer state.
+
+Every function takes 1-d tensors (one value per sequence) and returns a `PreferenceLoss`: the per-example
+losses (the trainer takes the mean), the implicit rewards used for the `rewards/*` metrics, and any named
+parts worth logging (ORPO's `sft_loss` and `odds_ratio_loss`). The definitions match LLaMA-Factory and trl:
+
+- sigmoid (DPO), hinge and ipo compare the policy to a reference; `label_smoothing` > 0 is cDPO.
+- ipo, orpo and simpo expect length-normalised (mean per token) log-probs; see `LENGTH_NORMALISED`.
+- orpo and simpo use no reference model; their rewards are `beta * logps` of the policy.
+- kto scores single completions against a KL baseline estimated from mismatched prompt/completion pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+# Losses computed on mean per-token log-probs rather than sums (LLaMA-Factory's convention).
+LENGTH_NORMALISED = frozenset({"ipo", "orpo", "simpo"})
+# Losses that need no reference model at all.
+REFERENCE_FREE = frozenset({"orpo", "simpo"})
+
+
+@dataclass
+class PreferenceLoss:
+    losses: torch.Tensor
+    chosen_rewards: torch.Tensor
+    rejected_rewards: torch.Tensor
+    parts: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def sigmoid_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta: float,
+                 label_smoothing: float = 0.0, **_) -> PreferenceLoss:
+    """DPO: -log sigmoid(beta * margin); with label smoothing eps, a mix with the flipped preference (cDPO)."""
+    import torch.nn.functional as F
+
+    margin = _margin(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    losses = (-F.logsigmoid(beta * margin) * (1 - label_smoothing)
+              - F.logsigmoid(-beta * margin) * label_smoothing)
+    return _with_ref_rewards(losses, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
+
+
+def hinge_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta: float,
+               **_) -> PreferenceLoss:
+    """SLiC-style hinge: relu(1 - beta * margin)."""
+    import torch
+
+    margin = _margin(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    losses = torch.relu(1 - beta * margin)
+    return _with_ref_rewards(losses, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
+
+
+def ipo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta: float,
+             **_) -> PreferenceLoss:
+    """IPO: (margin - 1 / (2 beta))^2, on mean per-token log-probs."""
+    margin = _margin(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    losses = (margin - 1 / (2 * beta)) ** 2
+    return _with_ref_rewards(losses, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
+
+
+def orpo_loss(chosen_logps, rejected_logps, beta: float, **_) -> PreferenceLoss:
+    """ORPO: NLL of chosen plus beta * -log sigmoid(log odds ratio), on mean per-token log-probs.
+
+    odds(y) = p / (1 - p) with p = exp(mean logp); log1p(-exp(x)) keeps 1 - p accurate when p is small.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    log_odds = (chosen_logps - rejected_logps) - (
+        torch.log1p(-torch.exp(chosen_logps)) - torch.log1p(-torch.exp(rejected_logps)))
+    sft = -chosen_logps
+    odds_ratio = -F.logsigmoid(log_odds)
+    return PreferenceLoss(sft + beta * odds_ratio, *_policy_rewards(chosen_logps, rejected_logps, beta),
+                          parts={"sft_loss": sft.detach(), "odds_ratio_loss": odds_ratio.detach()})
+
+
+def simpo_loss(chosen_logps, rejected_logps, beta: float, simpo_gamma: float = 0.5, **_) -> PreferenceLoss:
+    """SimPO: -log sigmoid(beta * (mean logp chosen - mean logp rejected) - gamma); no reference."""
+    import torch.nn.functional as F
+
+    losses = -F.logsigmoid(beta * (chosen_logps - rejected_logps) - simpo_gamma)
+    return PreferenceLoss(losses, *_policy_rewards(chosen_logps, rejected_logps, beta))
+
+
+PAIRWISE_LOSSES = {
+    "sigmoid": sigmoid_loss,
+    "hinge": hinge_loss,
+    "ipo": ipo_loss,
+    "orpo": orpo_loss,
+    "simpo": simpo_loss,
+}
+
+
+def pairwise_loss(name: str, chosen_logps, rejected_logps, ref_chosen_logps=None, ref_rejected_logps=None, *,
+                  beta: float, label_smoothing: float = 0.0, simpo_gamma: float = 0.5) -> PreferenceLoss:
+    """The `pref_loss` named `name`; reference log-probs are ignored by the reference-free losses."""
+    if name not in PAIRWISE_LOSSES:
+        raise ValueError(f"unknown pref_loss '{name}'; allowed: {', '.join(PAIRWISE_LOSSES)}")
+    if name not in REFERENCE_FREE and (ref_chosen_logps is None or ref_rejected_logps is None):
+        raise ValueError(f"pref_loss '{name}' needs reference log-probs")
+    return PAIRWISE_LOSSES[name](chosen_logps, rejected_logps, ref_chosen_logps=ref_chosen_logps,
+                                 ref_rejected_logps=ref_rejected_logps, beta=beta,
+                                 label_smoothing=label_smoothing, simpo_gamma=simpo_gamma)
+
+
+def kto_loss(chosen_logps, rejected_logps, kl_logps, ref_chosen_logps, ref_rejected_logps, ref_kl_logps,
+             beta: float, chosen_weight: float = 1.0, rejected_weight: float = 1.0) -> PreferenceLoss:
+    """KTO: desirable rows pay 1 - sigmoid(beta (r - z)), undesirable ones 1 - sigmoid(beta (z - r)).
+
+    r is the policy/reference log ratio of a row; z, the KL baseline, is the mean log ratio of mismatched
+    (prompt, other completion) pairs, clamped at 0 and detached so no gradient flows through it (as in trl).
+    Losses come back as [weighted desirable..., weighted undesirable...].
+    """
+    import torch
+
+    kl = (kl_logps - ref_kl_logps).mean().detach().clamp(min=0) if kl_logps.numel() else kl_logps.new_zeros(())
+    chosen_ratio = chosen_logps - ref_chosen_logps
+    rejected_ratio = rejected_logps - ref_rejected_logps
+    chosen_losses = 1 - torch.sigmoid(beta * (chosen_ratio - kl))
+    rejected_losses = 1 - torch.sigmoid(beta * (kl - rejected_ratio))
+    losses = torch.cat((chosen_weight * chosen_losses, rejected_weight * rejected_losses), 0)
+    return PreferenceLoss(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach(), parts={"kl": kl})
+
+
+def _margin(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps):
+    return (chosen_logps - rejected_logps) - (ref_chosen_logps - ref_rejected_logps)
+
+
+def _with_ref_rewards(losses, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta):
+    return PreferenceLoss(losses, beta * (chosen_logps - ref_chosen_logps).detach(),
+                          beta * (rejected_logps - ref_rejected_logps).detach())
+
+
+def _policy_rewards(chosen_logps, rejected_logps, beta):
+    return beta * chosen_logps.detach(), beta * rejected_logps.detach()

@@ -1,0 +1,117 @@
+"""Training entry point, what `accelerate launch` runs in every process:
+
+    python -m tuneline.train CONFIG [--dataset PATH]
+
+PATH is the processed dataset folder (or a JSON file holding the reference `build_dataset` returned); without
+it the dataset is built (or found in the step cache) here. Process 0 locks output_dir, decides whether to resume
+(see output_dir.py) and writes run.json; every process then trains from the same checkpoint. Environment:
+TUNELINE_TRAIN_KEY (the train step's key; computed here when absent), MLFLOW_RUN_ID + MLFLOW_TRACKING_URI (stream
+metrics into that run), TUNELINE_DIE_WITH_PARENT=1 (exit when the launching process dies). Exit code 2 with a
+one-line `tuneline: error:` message for anything the user can fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from tuneline.errors import UserError
+
+ERROR_PREFIX = "tuneline: error: "
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tuneline.train", description=__doc__.splitlines()[0])
+    parser.add_argument("config", help="resolved run config (YAML)")
+    parser.add_argument("--dataset", default=None, help="processed dataset folder, or a JSON dataset reference")
+    return parser.parse_args(argv)
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this process if its parent dies, so no orphan keeps training (and the lock)."""
+    if os.environ.get("TUNELINE_DIE_WITH_PARENT") != "1" or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except OSError:
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def dataset_reference(config, path: str | None) -> dict:
+    if path is None:
+        from tuneline.data import build_dataset
+
+        return build_dataset(config)
+    file = Path(path)
+    if file.is_file() and file.suffix == ".json":
+        return json.loads(file.read_text())
+    if not file.exists():
+        raise UserError(f"'--dataset' path '{path}' does not exist")
+    return {"path": str(file)}
+
+
+def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
+    """Process 0 locks output_dir and decides the resume point; the others read it from run.json."""
+    from tuneline.train.output_dir import prepare_output_dir, read_run_file, train_key
+
+    lock = None
+    if is_main:
+        key = os.environ.get("TUNELINE_TRAIN_KEY") or train_key(config, dataset_ref)
+        lock, _ = prepare_output_dir(config, key, os.environ.get("MLFLOW_RUN_ID"))
+    wait_for_everyone()
+    resumed = (read_run_file(config.output_dir) or {}).get("resumed_from")
+    config.training["resume_from_checkpoint"] = resumed
+    return lock
+
+
+def train(config_path: str, dataset_path: str | None) -> dict:
+    from accelerate import PartialState
+
+    from tuneline.config import load_config
+    from tuneline.train import stage_runner
+    from tuneline.train.output_dir import write_run_file
+    from tuneline.train.training_args import build_training_args
+
+    config = load_config(config_path)
+    run = stage_runner(config.stage)
+    _ = build_training_args(config).device  # sets up the process group this launch asked for
+    state = PartialState()
+    dataset_ref = dataset_reference(config, dataset_path)
+    lock = prepare(config, dataset_ref, state.is_main_process, state.wait_for_everyone)
+    try:
+        result = run(config, dataset_ref, [])
+        state.wait_for_everyone()
+        if state.is_main_process:
+            write_run_file(config.output_dir, status="complete", global_step=result.get("global_step"),
+                           finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        return result
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        train(args.config, args.dataset)
+    except UserError as err:
+        print(ERROR_PREFIX + str(err).replace("\n", "\n  "), file=sys.stderr, flush=True)
+        return err.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Trainer callbacks: the progress log the orchestrator reads, MLflow metrics, early stopping."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import EarlyStoppingCallback, TrainerCallback
+
+LOG_FILE = "trainer_log.jsonl"
+
+
+def _numeric(logs: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in logs.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if math.isfinite(value):
+            out[key] = float(value)
+    return out
+
+
+def truncate_log(path: Path, last_step: int) -> None:
+    """Keep only records up to last_step: after a resume, later steps are logged again, once."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("current_steps", 0) <= last_step:
+                kept.append(line)
+        except ValueError:
+            continue  # a line cut short by a kill
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    os.replace(tmp, path)
+
+
+class TrainerLogCallback(TrainerCallback):
+    """Writes one JSON line per log event to `<output_dir>/trainer_log.jsonl` (main process only).
+
+    Keys follow LLaMA-Factory's log (current_steps, total_steps, loss, eval_loss, lr, epoch, percentage,
+    elapsed_time, remaining_time, total_tokens, throughput) plus every other numeric metric logged.
+    Times are seconds; throughput is non-padding tokens per second in this process's session.
+    """
+
+    def __init__(self, output_dir: str | Path):
+        self.path = Path(output_dir) / LOG_FILE
+        self.start_time = time.time()
+        self.start_step = 0
+        self.start_tokens = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start_time, self.start_step = time.time(), state.global_step
+        self.start_tokens = state.num_input_tokens_seen or 0
+        if state.is_world_process_zero:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            truncate_log(self.path, state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        record = self.progress(state)
+        metrics = _numeric(logs)
+        if "learning_rate" in metrics:
+            metrics["lr"] = metrics.pop("learning_rate")
+        record.update(metrics)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def progress(self, state) -> dict[str, Any]:
+        elapsed = time.time() - self.start_time
+        done = state.global_step - self.start_step
+        total = state.max_steps or 0
+        remaining = elapsed / done * (total - state.global_step) if done > 0 else None
+        tokens = state.num_input_tokens_seen or 0
+        return {
+            "current_steps": state.global_step, "total_steps": total, "epoch": round(state.epoch or 0.0, 4),
+            "percentage": round(100.0 * state.global_step / total, 2) if total else None,
+            "elapsed_time": round(elapsed, 3), "remaining_time": round(remaining, 3) if remaining is not None
+            else None, "total_tokens": tokens,
+            "throughput": round((tokens - self.start_tokens) / elapsed, 2) if elapsed > 0 else None,
+        }
+
+
+class MlflowMetricsCallback(TrainerCallback):
+    """Streams logged metrics into the flow's MLflow run (main process only), trainer global step as step.
+
+    Active only with MLFLOW_RUN_ID and MLFLOW_TRACKING_URI in the environment. tracking.StepMetricLogger drops
+    steps MLflow already holds, so after a resume each step appears once in the history.
+    """
+
+    def __init__(self, output_dir: str | Path, logger_factory=None):
+        self.output_dir = Path(output_dir)
+        self.logger_factory = logger_factory or _default_logger_factory
+        self.logger = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        run_id, uri = os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
+        if state.is_world_process_zero and run_id and uri and self.logger is None:
+            self.logger = self.logger_factory(run_id, uri, self.output_dir / "mlflow_spool")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.logger is not None and logs:
+            metrics = _numeric(logs)
+            if metrics:
+                self.logger.log(metrics, step=state.global_step)
+
+    def close(self) -> None:
+        """Called by the stage runner after the final evaluation, so those metrics are sent too."""
+        if self.logger is not None:
+            self.logger.close()
+            self.logger = None
+
+
+def _default_logger_factory(run_id: str, tracking_uri: str, spool_dir: Path):
+    from tuneline.tracking import StepMetricLogger
+
+    return StepMetricLogger(run_id, tracking_uri, spool_dir)
+
+
+def build_callbacks(config, output_dir: str | Path, extra: list | None = None) -> list:
+    """The callbacks every stage uses, then the caller's."""
+    callbacks = [TrainerLogCallback(output_dir), MlflowMetricsCallback(output_dir)]
+    if config.finetuning.early_stopping_steps:
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.finetuning.early_stopping_steps))
+    return callbacks + list(extra or [])

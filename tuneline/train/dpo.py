@@ -1,0 +1,200 @@
+"""`stage: dpo` -- pairwise preference tuning: sigmoid (DPO), hinge, ipo, orpo, simpo.
+
+Run through the flow (`tuneline run examples/dpo_lora.yaml`) or alone in a training process
+(`accelerate launch -m tuneline.train <config>`), which calls `run` below.
+
+Why our own `Trainer` subclass rather than trl's `DPOTrainer`: trl 1.16 tokenizes prompts itself
+(`prompt_ids`/`chosen_ids` columns), has no ORPO or SimPO loss, and precomputes reference log-probs inside
+its constructor keyed by an in-memory hash. Our data arrives already tokenized with labels masking the
+prompt, and reference log-probs come from the cached `build-reference-model` step; the losses are the pure
+functions in `tuneline.losses`. What remains here is a forward pass and metric bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import nullcontext
+from typing import Any
+
+from tuneline.losses import LENGTH_NORMALISED, REFERENCE_FREE, pairwise_loss
+from tuneline.train.logps import pair_logps
+from tuneline.train.trainer_base import TunelineTrainer
+
+REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
+
+
+class PreferenceTrainer(TunelineTrainer):
+    """What DPO and KTO share: a reference (precomputed, a frozen model, or the policy without its adapter)
+    and `rewards/*`-style metrics averaged over each logging window, `eval_`-prefixed for evaluation."""
+
+    ref_columns: tuple[str, ...] = ()
+
+    def __init__(self, *args, ref_model=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.finetuning = self.finetuning_args
+        self.data_collator = WithReferenceColumns(self.data_collator, self.ref_columns)
+        self.ref_model = ref_model
+        if ref_model is not None:
+            self.ref_model = ref_model.to(self.args.device).eval().requires_grad_(False)
+        # Our losses are per-example means, not token sums: the Trainer must divide by accumulation steps.
+        self.model_accepts_loss_kwargs = False
+        self.loss_is_scaled_for_ga = False
+        self._stored: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = getattr(self.processing_class, "pad_token_id", None)
+        return 0 if pad is None else int(pad)
+
+    def with_reference(self, model, compute):
+        """`compute(reference_model)` without gradients: the frozen copy, or the policy with adapters off."""
+        import torch
+
+        if self.ref_model is not None:
+            reference, context = self.ref_model, nullcontext()
+        else:
+            unwrapped = self.accelerator.unwrap_model(model)
+            if not hasattr(unwrapped, "disable_adapter"):
+                raise RuntimeError("no reference: the dataset has no ref_* columns, no ref_model was loaded, "
+                                   "and the policy has no adapter to disable")
+            reference, context = model, unwrapped.disable_adapter()
+        with torch.no_grad(), context:
+            return compute(reference)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        mode = "train" if model.training else "eval"
+        loss, metrics = self.batch_loss(model, inputs)
+        for name, value in metrics.items():
+            self._stored[mode][name].append(float(value))
+        return (loss, metrics) if return_outputs else loss
+
+    def batch_loss(self, model, inputs) -> tuple[Any, dict[str, float]]:
+        raise NotImplementedError
+
+    def _track_num_input_tokens(self, inputs):
+        """Count trained tokens over every `*attention_mask` (our batches have no plain `input_ids`)."""
+        if self.args.include_num_input_tokens_seen == "no":
+            return
+        import torch
+
+        masks = [v for k, v in inputs.items() if k.endswith("attention_mask") and hasattr(v, "sum")]
+        tokens = sum(int(m.sum()) if self.args.include_num_input_tokens_seen == "non_padding" else m.numel()
+                     for m in masks)
+        tokens = torch.as_tensor(tokens, device=self.args.device, dtype=torch.int64)
+        self.state.num_input_tokens_seen += self.accelerator.gather(tokens).sum().item()
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        import torch
+
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "eval" if any(key.startswith("eval_") for key in logs) else "train"
+        stored = self._stored[mode]
+        if stored:
+            import torch
+
+            names = sorted(stored)
+            means = torch.tensor([sum(stored[n]) / len(stored[n]) for n in names], device=self.args.device)
+            means = self.accelerator.reduce(means, "mean").tolist()
+            prefix = "eval_" if mode == "eval" else ""
+            logs.update({prefix + name: value for name, value in zip(names, means, strict=True)})
+            stored.clear()
+        super().log(logs, start_time)
+
+
+def reward_metrics(out, chosen_logps, rejected_logps) -> dict[str, float]:
+    """The metrics every preference stage logs, from a `PreferenceLoss` and the policy's log-probs."""
+    metrics = {}
+    if out.chosen_rewards.numel():
+        metrics["rewards/chosen"] = out.chosen_rewards.mean().item()
+        metrics["logps/chosen"] = chosen_logps.detach().mean().item()
+    if out.rejected_rewards.numel():
+        metrics["rewards/rejected"] = out.rejected_rewards.mean().item()
+        metrics["logps/rejected"] = rejected_logps.detach().mean().item()
+    for name, value in out.parts.items():
+        metrics[name] = value.float().mean().item()
+    return metrics
+
+
+class DPOTrainer(PreferenceTrainer):
+    """Pairwise losses from `tuneline.losses`, plus `pref_ftx` times the chosen side's mean NLL."""
+
+    ref_columns = REF_COLUMNS
+
+    def batch_loss(self, model, inputs):
+        ft = self.finetuning
+        chosen, rejected, chosen_len, rejected_len = pair_logps(model, inputs, self.pad_token_id)
+        ref_chosen, ref_rejected = self.reference_logps(model, inputs)
+        chosen_len, rejected_len = chosen_len.clamp(min=1), rejected_len.clamp(min=1)
+        if ft.pref_loss in LENGTH_NORMALISED:
+            chosen, rejected = chosen / chosen_len, rejected / rejected_len
+            if ref_chosen is not None:
+                ref_chosen, ref_rejected = ref_chosen / chosen_len, ref_rejected / rejected_len
+        out = pairwise_loss(ft.pref_loss, chosen, rejected, ref_chosen, ref_rejected, beta=ft.pref_beta,
+                            label_smoothing=ft.dpo_label_smoothing, simpo_gamma=ft.simpo_gamma)
+        losses = out.losses
+        if ft.pref_ftx > 0:
+            chosen_mean = chosen if ft.pref_loss in LENGTH_NORMALISED else chosen / chosen_len
+            losses = losses - ft.pref_ftx * chosen_mean
+        metrics = reward_metrics(out, chosen, rejected)
+        metrics["rewards/accuracies"] = (out.chosen_rewards > out.rejected_rewards).float().mean().item()
+        metrics["rewards/margins"] = (out.chosen_rewards - out.rejected_rewards).mean().item()
+        return losses.mean(), metrics
+
+    def reference_logps(self, model, inputs):
+        """Summed reference log-probs: precomputed columns when present, else a live forward; None if unused."""
+        if self.finetuning.pref_loss in REFERENCE_FREE:
+            return None, None
+        if self.ref_columns[0] in inputs:
+            return inputs[self.ref_columns[0]], inputs[self.ref_columns[1]]
+        chosen, rejected, _, _ = self.with_reference(model, lambda ref: pair_logps(ref, inputs, self.pad_token_id))
+        return chosen, rejected
+
+
+class WithReferenceColumns:
+    """Wraps a data collator: float `ref_*` columns become tensors; everything else goes to the collator."""
+
+    def __init__(self, collator, names: tuple[str, ...]):
+        self.collator, self.names = collator, names
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        present = [name for name in self.names if name in features[0]]
+        rest = [{k: v for k, v in f.items() if k not in present} for f in features]
+        batch = self.collator(rest)
+        for name in present:
+            batch[name] = torch.tensor([f[name] for f in features], dtype=torch.float32)
+        return batch
+
+
+def run_preference(config, dataset_ref: dict, extra_callbacks: list, trainer_class) -> dict:
+    """The common stage run, with a live reference model loaded only when the data carries no ref_* columns
+    and the policy's own disabled adapter cannot serve (full/freeze tuning, or an explicit ref_model)."""
+    from functools import partial
+
+    from tuneline.data import load_processed
+    from tuneline.model import load_tokenizer
+    from tuneline.reference import load_reference_model, uses_reference
+    from tuneline.train.trainer_base import StageSpec, run_stage
+
+    ref_model = None
+    if uses_reference(config) and not has_columns(load_processed(dataset_ref), trainer_class.ref_columns):
+        ref_model = load_reference_model(config, load_tokenizer(config.model))
+    spec = StageSpec(name=config.stage, trainer_class=partial(trainer_class, ref_model=ref_model))
+    return run_stage(config, dataset_ref, extra_callbacks, spec)
+
+
+def has_columns(datasets, names: tuple[str, ...]) -> bool:
+    """True when every non-empty split holds all the named columns."""
+    splits = [ds for ds in datasets.values() if len(ds)]
+    return bool(splits) and all(set(names) <= set(ds.column_names) for ds in splits)
+
+
+def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
+    """Train the dpo stage on the processed dataset (with ref_* columns when precomputed)."""
+    return run_preference(config, dataset_ref, extra_callbacks, DPOTrainer)

@@ -1,0 +1,106 @@
+"""Launch the training subprocess with `accelerate launch` and stream its output.
+
+One process on CPU (or `pipeline.num_processes` CPU processes over gloo), one per GPU with `--multi_gpu`,
+an accelerate config file (FSDP, ...) from `pipeline.accelerate_config`. DeepSpeed comes from
+`training.deepspeed` (a ds_config JSON) and is set up by transformers inside the child.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from tuneline.errors import UserError
+
+TAIL_LINES = 40
+
+
+class TrainingFailed(UserError):
+    """The training subprocess exited with an error; carries its last lines."""
+
+    def __init__(self, returncode: int, tail: list[str]):
+        self.returncode = returncode
+        self.tail = tail
+        super().__init__(f"training exited with code {returncode}:\n" + "\n".join(error_lines(tail)),
+                         title="training failed")
+
+
+def error_lines(tail: list[str]) -> list[str]:
+    """The child's own error message when it printed one, else its last traceback, else its last lines."""
+    from tuneline.train.__main__ import ERROR_PREFIX
+
+    for i in range(len(tail) - 1, -1, -1):
+        if ERROR_PREFIX in tail[i]:
+            return tail[i:i + 12]
+    starts = [i for i, line in enumerate(tail) if line.startswith("Traceback")]
+    return tail[starts[-1]:] if starts else tail[-15:]
+
+
+def gpu_count() -> int:
+    """Visible CUDA devices, without importing torch when CUDA_VISIBLE_DEVICES says it already."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def launch_command(config, config_path: Path | str, dataset_path: str | None = None) -> list[str]:
+    """`accelerate launch ... -m tuneline.train CONFIG [--dataset PATH]` for this config and machine."""
+    gpus = gpu_count()
+    use_cpu = not gpus or bool(config.training.get("use_cpu"))
+    processes = config.pipeline.num_processes or (1 if use_cpu else gpus)
+    # accelerate starts N CPU processes (gloo) only with --multi_gpu and ACCELERATE_USE_CPU in its environment
+    cmd = ["env", "ACCELERATE_USE_CPU=true"] if use_cpu else []
+    cmd += [sys.executable, "-m", "accelerate.commands.launch"]
+    if config.pipeline.accelerate_config:
+        cmd += ["--config_file", str(config.pipeline.accelerate_config)]
+        if config.pipeline.num_processes:
+            cmd += ["--num_processes", str(processes)]
+    else:
+        cmd += ["--num_machines", "1", "--num_processes", str(processes), "--mixed_precision", "no",
+                "--dynamo_backend", "no"]
+        if processes > 1:
+            cmd += ["--multi_gpu"]
+    cmd += ["-m", "tuneline.train", str(config_path)]
+    if dataset_path:
+        cmd += ["--dataset", str(dataset_path)]
+    return cmd
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def run_streaming(cmd: list[str], env: dict[str, str] | None, on_line: Callable[[str], None]) -> None:
+    """Run cmd, pass each output line (stdout and stderr) to on_line; raise TrainingFailed on a non-zero exit."""
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    env = dict(os.environ if env is None else env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["TUNELINE_DIE_WITH_PARENT"] = "1"
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", bufsize=1, preexec_fn=_die_with_parent) as proc:
+        try:
+            for raw in proc.stdout:
+                for line in raw.rstrip("\n").split("\r"):
+                    if line.strip():
+                        tail.append(line)
+                        on_line(line)
+        except BaseException:
+            proc.kill()
+            raise
+        returncode = proc.wait()
+    if returncode != 0:
+        raise TrainingFailed(returncode, list(tail))

@@ -1,0 +1,105 @@
+"""Reward modelling: a one-output scorer trained on pairs with -logsigmoid(r_chosen - r_rejected), the score
+read at each sequence's last non-padding token; evaluation reports pairwise accuracy.
+
+Run: `python -m tuneline.train examples/rm_lora.yaml`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
+
+
+def pairwise_loss(chosen, rejected):
+    """Bradley-Terry loss of a batch: mean of -log sigmoid(r_chosen - r_rejected)."""
+    import torch.nn.functional as F
+
+    return -F.logsigmoid(chosen.float() - rejected.float()).mean()
+
+
+def _pad_to(tensor, width: int, value: int):
+    import torch.nn.functional as F
+
+    return F.pad(tensor, (0, width - tensor.shape[1]), value=value)
+
+
+def sequence_scores(model, input_ids, attention_mask):
+    """One score per row: a sequence classifier's pooled output, or a per-token value at the last real token."""
+    import torch
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    if logits.dim() == 3:  # per-token values [batch, length, 1]
+        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+        last = (positions * attention_mask).argmax(-1)
+        logits = logits[torch.arange(len(last), device=last.device), last]
+    return logits.reshape(len(input_ids), -1)[:, 0]
+
+
+def pair_scores(model, inputs):
+    """Scores of the chosen and rejected sides, in one forward pass over both."""
+    import torch
+
+    width = max(inputs["chosen_input_ids"].shape[1], inputs["rejected_input_ids"].shape[1])
+    pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+    ids = torch.cat([_pad_to(inputs["chosen_input_ids"], width, pad_id),
+                     _pad_to(inputs["rejected_input_ids"], width, pad_id)])
+    mask = torch.cat([_pad_to(inputs["chosen_attention_mask"], width, 0),
+                      _pad_to(inputs["rejected_attention_mask"], width, 0)])
+    scores = sequence_scores(model, ids, mask)
+    return scores.chunk(2)
+
+
+class PairwiseTrainer(TunelineTrainer):
+    """Trainer over chosen/rejected pairs: pairwise loss in training, (chosen, rejected) scores in evaluation."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.model_accepts_loss_kwargs = False  # the loss is a per-batch mean, not a token sum
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        chosen, rejected = pair_scores(model, inputs)
+        loss = pairwise_loss(chosen, rejected)
+        return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
+
+    def _track_num_input_tokens(self, inputs):
+        """Non-padding tokens of both sides (the base class looks for `input_ids`, which pairs lack)."""
+        import torch
+
+        if self.args.include_num_input_tokens_seen == "no":
+            return
+        count = inputs["chosen_attention_mask"].sum() + inputs["rejected_attention_mask"].sum()
+        count = torch.as_tensor(count, device=self.args.device, dtype=torch.int64)
+        self.state.num_input_tokens_seen += self.accelerator.gather(count).sum().item()
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        import torch
+
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            chosen, rejected = pair_scores(model, inputs)
+            loss = pairwise_loss(chosen, rejected).detach()
+        if prediction_loss_only:
+            return loss, None, None
+        scores = torch.stack([chosen, rejected], dim=-1).float()
+        return loss, scores, torch.zeros(len(chosen), device=scores.device)  # labels: the Trainer wants some
+
+
+def pairwise_accuracy(eval_prediction) -> dict[str, float]:
+    import numpy as np
+
+    scores = np.asarray(eval_prediction.predictions)
+    margins = scores[:, 0] - scores[:, 1]
+    return {"accuracy": float((margins > 0).mean()), "margin": float(margins.mean()),
+            "rewards_chosen": float(scores[:, 0].mean()), "rewards_rejected": float(scores[:, 1].mean())}
+
+
+def rm_metrics(config, tokenizer):
+    return pairwise_accuracy, None
+
+
+SPEC = StageSpec(name="rm", trainer_class=PairwiseTrainer, add_valuehead=True, metrics=rm_metrics)
+
+
+def run(config, dataset_ref: dict, extra_callbacks: list | None = None) -> dict[str, Any]:
+    return run_stage(config, dataset_ref, extra_callbacks or [], SPEC)

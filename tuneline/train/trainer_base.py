@@ -1,0 +1,169 @@
+"""What every stage shares: a Trainer that saves checkpoints atomically and takes custom optimizers, and the
+one shape of a stage run (tokenizer, data, model, trainer, train, save, evaluate)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer
+from transformers.trainer_utils import rotate_checkpoints
+
+from tuneline.errors import ConfigError
+from tuneline.train.checkpoints import TRAINER_STATE, publish, staging_root
+
+log = logging.getLogger(__name__)
+
+# finetuning key that turns a custom optimizer on -> the tuneline.model function that builds it.
+CUSTOM_OPTIMIZERS = (("loraplus_lr_ratio", "create_loraplus_optimizer"), ("use_badam", "create_badam_optimizer"))
+
+
+def build_custom_optimizer(model, training_args, finetuning_args):
+    """LoRA+ or BAdam when the config asks for them (built by tuneline.model), else None (the Trainer's own)."""
+    if finetuning_args is None:
+        return None
+    for key, factory_name in CUSTOM_OPTIMIZERS:
+        if getattr(finetuning_args, key, None):
+            import tuneline.model as model_pkg
+
+            return getattr(model_pkg, factory_name)(model, training_args, finetuning_args)
+    return None
+
+
+class TunelineTrainer(Trainer):
+    """transformers' Trainer with checkpoints that are complete or absent, and the custom optimizer hook."""
+
+    def __init__(self, *args, finetuning_args=None, **kwargs):
+        self.finetuning_args = finetuning_args
+        self._staging: str | None = None
+        super().__init__(*args, **kwargs)
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is None:
+            self.optimizer = build_custom_optimizer(self.model, self.args, self.finetuning_args)
+        return super().create_optimizer(model) if model is not None else super().create_optimizer()
+
+    def _get_output_dir(self, trial) -> str:
+        return self._staging if self._staging is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Write checkpoint-N under .partial/, then rename it into place once every process has written."""
+        import shutil
+
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"checkpoint-{self.state.global_step}"
+        staging = staging_root(run_dir)
+        if self.args.should_save:
+            shutil.rmtree(staging / name, ignore_errors=True)
+            staging.mkdir(parents=True, exist_ok=True)
+        self.accelerator.wait_for_everyone()
+        self._staging = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging = None
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            self._point_best_at(run_dir, staging / name)
+            publish(staging / name, run_dir / name)
+            rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
+        self.accelerator.wait_for_everyone()
+
+    def _point_best_at(self, run_dir: Path, staged: Path) -> None:
+        """The state saved inside the staged folder must name final paths, not staging ones."""
+        best = self.state.best_model_checkpoint
+        if best and Path(best).parent == staged.parent:
+            self.state.best_model_checkpoint = str(run_dir / Path(best).name)
+            self.state.save_to_json(str(staged / TRAINER_STATE))
+
+
+@dataclass
+class StageSpec:
+    """How one stage differs from the common run: its data collator, model head, trainer and metrics."""
+
+    name: str
+    trainer_class: type = TunelineTrainer
+    add_valuehead: bool = False
+    # (config, tokenizer) -> (compute_metrics, preprocess_logits_for_metrics), either may be None
+    metrics: Callable[[Any, Any], tuple[Callable | None, Callable | None]] | None = None
+    # (trainer, config, eval_dataset, tokenizer) -> extra metrics, run after training and evaluation
+    after_train: Callable[..., dict[str, float]] | None = None
+    perplexity: bool = False
+
+
+def split_of(datasets, name: str):
+    """A split of a DatasetDict, or None when absent or empty."""
+    split = datasets.get(name) if hasattr(datasets, "get") else None
+    return split if split is not None and len(split) > 0 else None
+
+
+def build_trainer(config, spec: StageSpec, model, tokenizer, datasets, collator, callbacks: list, args=None):
+    """The stage's trainer over already-loaded pieces (tests build them by hand)."""
+    from tuneline.train.training_args import build_training_args
+
+    args = args or build_training_args(config)
+    train, evals = split_of(datasets, "train"), split_of(datasets, "validation")
+    if args.do_train and train is None:
+        raise ConfigError("the training split is empty: check 'dataset', 'max_samples' and 'val_size'")
+    if evals is None and args.eval_strategy != "no":
+        raise ConfigError(f"'eval_strategy: {args.eval_strategy.value}' needs an evaluation split: set "
+                          "'val_size' or 'eval_dataset', or set 'eval_strategy: no'")
+    compute_metrics, preprocess = spec.metrics(config, tokenizer) if spec.metrics else (None, None)
+    return spec.trainer_class(
+        model=model, args=args, train_dataset=train, eval_dataset=evals, data_collator=collator,
+        processing_class=tokenizer, callbacks=callbacks, compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=preprocess, finetuning_args=config.finetuning)
+
+
+def train_and_evaluate(trainer, config, spec: StageSpec, tokenizer) -> dict[str, Any]:
+    """Train (resuming from config.training['resume_from_checkpoint']), save, evaluate; return the results."""
+    args, metrics = trainer.args, {}
+    if args.do_train:
+        resume = config.training.get("resume_from_checkpoint")
+        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        trainer.save_model()
+        trainer.save_state()
+        trainer.log_metrics("train", result.metrics)
+        trainer.save_metrics("train", result.metrics)
+        metrics.update(result.metrics)
+    if trainer.eval_dataset is not None and (args.do_eval or args.eval_strategy != "no" or args.do_train):
+        eval_metrics = trainer.evaluate(metric_key_prefix="eval")
+        if spec.perplexity and "eval_loss" in eval_metrics:
+            eval_metrics["eval_perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50.0))
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+        metrics.update(eval_metrics)
+    if spec.after_train is not None:
+        metrics.update(spec.after_train(trainer, config, trainer.eval_dataset, tokenizer) or {})
+    return metrics
+
+
+def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec) -> dict[str, Any]:
+    """The shape every stage shares: tokenizer, data, model, trainer, train, save, evaluate."""
+    from transformers import set_seed
+
+    from tuneline.data import build_collator, load_processed
+    from tuneline.model.loader import load_model
+    from tuneline.model.tokenizer import load_tokenizer
+    from tuneline.train.callbacks import MlflowMetricsCallback, build_callbacks
+    from tuneline.train.training_args import build_training_args
+
+    args = build_training_args(config)
+    set_seed(args.seed)
+    tokenizer = load_tokenizer(config.model)
+    datasets = load_processed(dataset_ref)
+    model = load_model(config, tokenizer, is_trainable=args.do_train, add_valuehead=spec.add_valuehead)
+    collator = build_collator(spec.name, tokenizer, config.data.pad_to_multiple_of)
+    callbacks = build_callbacks(config, args.output_dir, extra_callbacks)
+    trainer = build_trainer(config, spec, model, tokenizer, datasets, collator, callbacks, args=args)
+    try:
+        metrics = train_and_evaluate(trainer, config, spec, tokenizer)
+    finally:
+        for callback in callbacks:
+            if isinstance(callback, MlflowMetricsCallback):
+                callback.close()
+    return {"output_dir": str(args.output_dir), "global_step": trainer.state.global_step, "metrics": metrics}
