@@ -1,0 +1,368 @@
+"""tuneline.tracking against real MLflow: a SQLite store per test, and one real `mlflow server` over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tuneline import tracking
+from tuneline.errors import UserError
+from tuneline.tracking.step_logger import SPOOL_NAME
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory) -> Path:
+    """An MLflow SQLite file with its schema: creating one costs 10-20 s here, copying it milliseconds."""
+    db = tmp_path_factory.mktemp("template") / "mlflow.db"
+    client(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def uri(tmp_path: Path, empty_store: Path) -> str:
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def client(uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- where the store is ------------------------------------------------------------------------------------
+
+
+def test_resolve_tracking_uri_makes_sqlite_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.resolve_tracking_uri(None) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert tracking.resolve_tracking_uri("sqlite:///sub/x.db") == f"sqlite:///{tmp_path / 'sub/x.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert tracking.resolve_tracking_uri(None) == "http://127.0.0.1:5000"
+    assert tracking.resolve_tracking_uri("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
+
+
+def test_check_tracking_available_closed_port_fails_fast():
+    uri = f"http://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with pytest.raises(UserError) as err:
+        tracking.check_tracking_available(uri, timeout_s=2)
+    assert time.monotonic() - start < 3
+    assert uri in str(err.value) and "mlflow server --host 127.0.0.1" in str(err.value)
+
+
+def test_check_tracking_available_sqlite_folder(tmp_path):
+    tracking.check_tracking_available(f"sqlite:///{tmp_path / 'new/deeper/mlflow.db'}")
+    assert (tmp_path / "new/deeper").is_dir()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(UserError, match="a_file"):
+        tracking.check_tracking_available(f"sqlite:///{blocker / 'mlflow.db'}")
+
+
+# --- one run per piece of work -----------------------------------------------------------------------------
+
+
+def test_open_run_creates_reopens_and_renews_after_finish(uri, tmp_path):
+    import mlflow
+
+    first = tracking.open_run(uri, "sft-tiny", "key-a", "sft-lora tiny", {"stage": "sft"})
+    run = client(uri).get_run(first)
+    assert run.info.status == "RUNNING" and run.data.tags["tuneline.run_key"] == "key-a"
+    assert run.info.run_name == "sft-lora tiny"
+    experiment = client(uri).get_experiment(run.info.experiment_id)
+    assert experiment.artifact_location == (tmp_path / "mlartifacts" / "sft-tiny").as_uri()
+    assert mlflow.active_run() is None
+
+    tracking.finish_run(first, "FAILED")
+    again = tracking.open_run(uri, "sft-tiny", "key-a", "sft-lora tiny", {"stage": "sft", "extra": 1})
+    assert again == first
+    assert client(uri).get_run(first).info.status == "RUNNING"
+    assert client(uri).get_run(first).data.tags["extra"] == "1"
+
+    other_key = tracking.open_run(uri, "sft-tiny", "key-b", "other", {})
+    assert other_key != first
+
+    tracking.finish_run(first)
+    renewed = tracking.open_run(uri, "sft-tiny", "key-a", "sft-lora tiny", {})
+    assert renewed not in (first, other_key)
+    assert mlflow.active_run() is None
+
+
+def test_tag_flow_run_appends_ids(uri):
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    tracking.tag_flow_run(run_id, "flow-1", None)
+    tracking.tag_flow_run(run_id, "flow-2", "http://prefect/runs/flow-2")
+    tracking.tag_flow_run(run_id, "flow-2", "http://prefect/runs/flow-2")
+    tags = client(uri).get_run(run_id).data.tags
+    assert tags["tuneline.flow_run_ids"] == "flow-1,flow-2"
+    assert tags["prefect.flow_run_id"] == "flow-2"
+    assert tags["prefect.flow_run_url"] == "http://prefect/runs/flow-2"
+    tracking.add_tags(run_id, {"git_commit": "abc"})
+    assert client(uri).get_run(run_id).data.tags["git_commit"] == "abc"
+
+
+def test_log_params_masks_secrets_and_tolerates_relogging(uri):
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    config = {
+        "model": {"model_name_or_path": "tiny", "hf_hub_token": "hf_secret", "pad_token": "<pad>"},
+        "training": {"learning_rate": 1e-4, "hub_token": None, "max_new_tokens": 8},
+        "pipeline": {"wandb_api_key": "k", "notes": "x" * 7000},
+        "many": {f"p{i}": i for i in range(150)},  # more than one batch of 100
+    }
+    assert tracking.log_params(run_id, config) == {}
+    params = client(uri).get_run(run_id).data.params
+    assert params["model.hf_hub_token"] == "***" and params["pipeline.wandb_api_key"] == "***"
+    assert params["model.pad_token"] == "<pad>" and params["training.max_new_tokens"] == "8"
+    assert params["training.hub_token"] == "None"
+    assert len(params["pipeline.notes"]) == 6000
+    assert params["many.p149"] == "149" and params["training.learning_rate"] == "0.0001"
+
+    config["training"]["learning_rate"] = 2e-4
+    changed = tracking.log_params(run_id, config)  # same run reopened with one changed value: no error
+    assert changed == {"training.learning_rate": "0.0002"}
+    run = client(uri).get_run(run_id)
+    assert run.data.params["training.learning_rate"] == "0.0001"
+    assert run.data.tags["param_changed.training.learning_rate"] == "0.0002"
+
+
+# --- metrics -----------------------------------------------------------------------------------------------
+
+
+def test_step_logger_skips_steps_already_logged_after_resume(uri, tmp_path):
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    first = tracking.StepMetricLogger(run_id, uri, tmp_path / "out")
+    for step in range(1, 6):
+        first.log({"loss": 10.0 - step, "learning_rate": 0.1}, step)
+    assert first.close() == 0
+    # the training process died after step 5; the resumed one replays from an earlier checkpoint
+    second = tracking.StepMetricLogger(run_id, uri, tmp_path / "out")
+    for step in range(1, 11):
+        second.log({"loss": 100.0 + step, "learning_rate": 0.2}, step)
+    second.log({"eval_loss": 1.5}, 10)
+    assert second.close() == 0
+    loss = tracking.metric_history(uri, run_id, "loss")
+    assert [s for s, _ in loss] == list(range(1, 11))
+    assert dict(loss)[5] == 5.0 and dict(loss)[6] == 106.0
+    assert [s for s, _ in tracking.metric_history(uri, run_id, "learning_rate")] == list(range(1, 11))
+    assert tracking.get_run_metrics(uri, run_id)["eval_loss"] == 1.5
+    assert not (tmp_path / "out" / SPOOL_NAME).exists()
+
+
+def test_spool_when_server_down_at_start_then_flush_without_duplicates(uri, tmp_path):
+    """A logger that cannot reach MLflow spools; flushing into the real store drops steps MLflow has."""
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    tracking.log_metrics(run_id, {"loss": 1.0}, step=1)
+    tracking.log_metrics(run_id, {"loss": 2.0}, step=2)
+    down = f"http://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    logger = tracking.StepMetricLogger(run_id, down, tmp_path, retry_interval_s=0.2)
+    for step in range(2, 7):
+        logger.log({"loss": float(step * 10)}, step)
+    logger.log({"loss": 999.0}, 6)  # the same step twice in one process is logged once
+    assert time.monotonic() - start < 10
+    spooled = (tmp_path / SPOOL_NAME).read_text().splitlines()
+    assert [json.loads(line)["step"] for line in spooled] == [2, 3, 4, 5, 6]
+    assert logger.close() == 5  # still down: everything stays
+
+    assert tracking.flush_spool(run_id, uri, tmp_path) == 0
+    assert tracking.metric_history(uri, run_id, "loss") == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 30.0),
+        (4, 40.0),
+        (5, 50.0),
+        (6, 60.0),
+    ]
+    assert not (tmp_path / SPOOL_NAME).exists()
+    assert tracking.flush_spool(run_id, uri, tmp_path) == 0
+
+
+def test_step_logger_raises_for_errors_a_retry_cannot_fix(uri, tmp_path):
+    from mlflow.exceptions import MlflowException
+
+    tracking.open_run(uri, "e", "k", "r", {})
+    with pytest.raises(MlflowException):
+        tracking.StepMetricLogger("0" * 32, uri, tmp_path)  # no such run: not an outage, nothing spooled
+    assert not (tmp_path / SPOOL_NAME).exists()
+
+
+# --- artifacts, checkpoints, model -------------------------------------------------------------------------
+
+
+def _write_checkpoint(folder: Path, step: int) -> Path:
+    ckpt = folder / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    (ckpt / "adapter_model.safetensors").write_bytes(os.urandom(64))
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return ckpt
+
+
+def test_checkpoint_log_and_download_into_empty_dir(uri, tmp_path):
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "none") is None
+    out = tmp_path / "out"
+    for step in (2, 10, 4):
+        assert tracking.log_checkpoint(run_id, _write_checkpoint(out, step)) == f"checkpoints/checkpoint-{step}"
+    # a checkpoint whose upload never finished (no completion marker) is not trusted
+    partial = _write_checkpoint(tmp_path / "partial", 12)
+    client(uri).log_artifacts(run_id, str(partial), "checkpoints/checkpoint-12")
+
+    dest = tmp_path / "fresh_output"
+    got = tracking.download_latest_checkpoint(run_id, uri, dest)
+    assert got == dest / "checkpoint-10"
+    assert sorted(p.name for p in got.iterdir()) == ["adapter_model.safetensors", "trainer_state.json"]
+    assert (got / "adapter_model.safetensors").read_bytes() == (
+        out / "checkpoint-10/adapter_model.safetensors"
+    ).read_bytes()
+    assert [p.name for p in dest.iterdir()] == ["checkpoint-10"]  # no temporary folder left
+
+    start = time.monotonic()  # server gone during training: the checkpoint is skipped, training goes on
+    down = f"http://127.0.0.1:{free_port()}"
+    assert tracking.log_checkpoint(run_id, _write_checkpoint(out, 14), tracking_uri=down) is None
+    assert time.monotonic() - start < 5
+
+
+def test_artifacts_and_model_registration(uri, tmp_path):
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    (tmp_path / "trainer_log.jsonl").write_text('{"loss": 1}\n')
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "loss.png").write_bytes(b"png")
+    tracking.log_artifacts(run_id, tmp_path / "trainer_log.jsonl")
+    tracking.log_artifacts(run_id, plots, "plots")
+    tracking.log_metrics(run_id, {"eval_loss": 0.5})
+    model = tmp_path / "adapter"
+    model.mkdir()
+    (model / "adapter_config.json").write_text("{}")
+    recipe = "from peft import AutoPeftModelForCausalLM\nmodel = AutoPeftModelForCausalLM.from_pretrained(path)"
+
+    version = tracking.log_and_register_model(run_id, model, "tiny-sft", {"dataset_fingerprint": "abc"}, recipe)
+    assert version == "1"
+    assert tracking.log_and_register_model(run_id, model, None, {}, recipe) is None
+    assert tracking.log_and_register_model(run_id, model, "tiny-sft", {}, recipe) == "2"
+
+    c = client(uri)
+    names = {a.path for a in c.list_artifacts(run_id)} | {a.path for a in c.list_artifacts(run_id, "model")}
+    assert {"trainer_log.jsonl", "plots", "model/adapter_config.json", "model/TUNELINE_LOADING.md"} <= names
+    mv = c.get_model_version("tiny-sft", "1")
+    assert mv.run_id == run_id and mv.source.endswith("/artifacts/model")
+    assert mv.tags["dataset_fingerprint"] == "abc" and mv.tags["metric.eval_loss"] == "0.5"
+    readme = Path(c.download_artifacts(run_id, "model/TUNELINE_LOADING.md", str(tmp_path / "dl"))).read_text()
+    assert "AutoPeftModelForCausalLM" in readme
+
+
+def test_run_url_for_sqlite_names_the_ui_command(uri):
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    url = tracking.run_url(uri, run_id)
+    assert run_id in url and f"mlflow ui --backend-store-uri {uri}" in url
+
+
+# --- a real tracking server over HTTP ----------------------------------------------------------------------
+
+
+def _start_server(port: int, store: Path) -> subprocess.Popen:
+    mlflow_bin = Path(sys.executable).parent / "mlflow"
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job runner: starts faster
+    proc = subprocess.Popen(
+        [
+            str(mlflow_bin),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{store / 'server.db'}",
+            "--artifacts-destination",
+            str(store / "art"),
+        ],
+        stdout=open(store / "server.log", "ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                return proc
+        except OSError:
+            assert proc.poll() is None, (store / "server.log").read_text()[-2000:]
+            time.sleep(0.3)
+    _stop_server(proc)
+    raise AssertionError("mlflow server did not start in 90 s")
+
+
+def _stop_server(proc: subprocess.Popen) -> None:
+    """Stop the server and its uvicorn worker: the process group it leads (started with a new session)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_http_server_outage_spools_and_flushes(tmp_path, empty_store):
+    port, store = free_port(), tmp_path / "store"
+    store.mkdir()
+    shutil.copy(empty_store, store / "server.db")
+    uri = f"http://127.0.0.1:{port}"
+    proc = _start_server(port, store)
+    try:
+        tracking.check_tracking_available(uri)
+        run_id = tracking.open_run(uri, "http-exp", "key", "over http", {"stage": "sft"})
+        assert tracking.open_run(uri, "http-exp", "key", "over http", {}) == run_id
+        tracking.log_params(run_id, {"lr": 0.1, "hf_hub_token": "x"})
+        out = tmp_path / "out"
+        tracking.log_checkpoint(run_id, _write_checkpoint(out, 3))
+        fetched = tracking.download_latest_checkpoint(run_id, uri, tmp_path / "fresh")
+        assert (fetched / "trainer_state.json").read_text() == '{"global_step": 3}'
+        assert tracking.run_url(uri, run_id).startswith(f"{uri}/#/experiments/")
+
+        logger = tracking.StepMetricLogger(run_id, uri, out, retry_interval_s=0.5)
+        for step in range(1, 6):
+            logger.log({"loss": float(step)}, step)
+        _stop_server(proc)
+        sizes = []
+        start = time.monotonic()
+        for step in range(6, 16):
+            logger.log({"loss": float(step), "grad_norm": 0.5}, step)  # must not raise
+            sizes.append((out / SPOOL_NAME).stat().st_size)
+            time.sleep(0.1)
+        assert time.monotonic() - start < 20  # a down server costs milliseconds per step, not retries
+        assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+        assert logger.close() == 20
+
+        proc = _start_server(port, store)
+        assert tracking.flush_spool(run_id, uri, out) == 0
+        assert [s for s, _ in tracking.metric_history(uri, run_id, "loss")] == list(range(1, 16))
+        assert [s for s, _ in tracking.metric_history(uri, run_id, "grad_norm")] == list(range(6, 16))
+        assert not (out / SPOOL_NAME).exists()
+        assert tracking.get_run_metrics(uri, run_id)["loss"] == 15.0
+        tracking.finish_run(run_id)
+        assert tracking.open_run(uri, "http-exp", "key", "over http", {}) != run_id
+    finally:
+        _stop_server(proc)

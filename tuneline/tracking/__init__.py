@@ -1,0 +1,47 @@
+"""The only part of tuneline that talks to MLflow.
+
+Every call names its store explicitly (a URI, or the run id whose store `open_run` remembered in this process,
+else $MLFLOW_TRACKING_URI); nothing uses MLflow's process-global active run. Importing this package is cheap:
+`mlflow` itself (about 2.5 s) is imported only when a function runs.
+"""
+
+from tuneline.tracking.artifacts import (
+    download_latest_checkpoint,
+    log_and_register_model,
+    log_artifacts,
+    log_checkpoint,
+)
+from tuneline.tracking.params import flatten, log_params, param_values
+from tuneline.tracking.runs import (
+    add_tags,
+    finish_run,
+    get_run_metrics,
+    log_metrics,
+    metric_history,
+    open_run,
+    tag_flow_run,
+)
+from tuneline.tracking.step_logger import StepMetricLogger, flush_spool
+from tuneline.tracking.store import check_tracking_available, resolve_tracking_uri, run_url
+
+__all__ = [
+    "StepMetricLogger",
+    "add_tags",
+    "check_tracking_available",
+    "download_latest_checkpoint",
+    "finish_run",
+    "flatten",
+    "flush_spool",
+    "get_run_metrics",
+    "log_and_register_model",
+    "log_artifacts",
+    "log_checkpoint",
+    "log_metrics",
+    "log_params",
+    "metric_history",
+    "open_run",
+    "param_values",
+    "resolve_tracking_uri",
+    "run_url",
+    "tag_flow_run",
+]

@@ -1,0 +1,174 @@
+"""Files in the run: outputs, checkpoints (so a resume elsewhere can fetch the last one), and the final model.
+
+The final model is logged as plain artifacts with a README that says how to load it, not with MLflow's
+transformers flavour: that flavour loads the model (for a LoRA adapter, the base model too, which may not be
+available offline) into memory just to log it, and writes a second copy of the weights; plain artifacts cost
+one upload and load with the same few lines of transformers/peft code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from tuneline.errors import UserError
+from tuneline.tracking.runs import MAX_TAG_VALUE
+from tuneline.tracking.store import check_tracking_available, client_for, is_transient, resolve_tracking_uri, uri_for
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+CHECKPOINT_MARKER = "TUNELINE_CHECKPOINT_COMPLETE"  # uploaded last: a checkpoint without it is partial
+MODEL_PATH = "model"
+_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+def log_artifacts(
+    run_id: str, local_path: str | Path, artifact_path: str | None = None, *, tracking_uri: str | None = None
+) -> None:
+    """Log a file or a whole folder (its contents go under `artifact_path`)."""
+    local_path = Path(local_path)
+    client = client_for(uri_for(run_id, tracking_uri))
+    if local_path.is_dir():
+        client.log_artifacts(run_id, str(local_path), artifact_path)
+    elif local_path.is_file():
+        client.log_artifact(run_id, str(local_path), artifact_path)
+    else:
+        raise FileNotFoundError(f"nothing to log at {local_path}")
+
+
+def log_checkpoint(run_id: str, checkpoint_dir: str | Path, *, tracking_uri: str | None = None) -> str | None:
+    """Upload a complete checkpoint to `checkpoints/<name>`, then its completion marker; returns that path.
+
+    Best effort, since it runs inside training and the checkpoint is safe on disk: with the server unreachable
+    it warns and returns None (a half-done upload has no marker, so no resume will trust it).
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    artifact_path = f"{CHECKPOINTS}/{checkpoint_dir.name}"
+    uri = uri_for(run_id, tracking_uri)
+    try:
+        check_tracking_available(uri, timeout_s=5)  # fail in seconds, not after MLflow's minutes of retries
+        client = client_for(uri)
+        client.log_artifacts(run_id, str(checkpoint_dir), artifact_path)
+        with tempfile.TemporaryDirectory() as tmp:
+            marker = Path(tmp) / CHECKPOINT_MARKER
+            marker.write_text(checkpoint_dir.name)
+            client.log_artifact(run_id, str(marker), artifact_path)
+    except Exception as err:
+        if not (isinstance(err, UserError) or is_transient(err)):
+            raise
+        log.warning("checkpoint %s not logged to MLflow (%s); training goes on", checkpoint_dir.name, err)
+        return None
+    return artifact_path
+
+
+def logged_checkpoints(client, run_id: str) -> list[tuple[int, str]]:
+    """(step, name) of every checkpoint logged completely, highest step first."""
+    found = []
+    for info in client.list_artifacts(run_id, CHECKPOINTS):
+        name = info.path.rsplit("/", 1)[-1]
+        match = _CHECKPOINT_NAME.match(name)
+        if info.is_dir and match:
+            found.append((int(match.group(1)), name))
+    complete = []
+    for step, name in sorted(found, reverse=True):
+        files = {i.path.rsplit("/", 1)[-1] for i in client.list_artifacts(run_id, f"{CHECKPOINTS}/{name}")}
+        if CHECKPOINT_MARKER in files:
+            complete.append((step, name))
+    return complete
+
+
+def download_latest_checkpoint(run_id: str, tracking_uri: str | None, dest_dir: str | Path) -> Path | None:
+    """Fetch the highest complete `checkpoint-N` into `dest_dir/<name>`; None when the run logged none.
+
+    Downloaded into a temporary sibling and renamed when whole, so a crash never leaves a half checkpoint that
+    a resume would trust. An existing `dest_dir/<name>` is returned as it is.
+    """
+    client = client_for(uri_for(run_id, tracking_uri))
+    checkpoints = logged_checkpoints(client, run_id)
+    if not checkpoints:
+        return None
+    name = checkpoints[0][1]
+    dest_dir = Path(dest_dir)
+    final = dest_dir / name
+    if final.exists():
+        return final
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    tmp = dest_dir / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        client.download_artifacts(run_id, f"{CHECKPOINTS}/{name}", str(tmp))
+        fetched = tmp / name
+        (fetched / CHECKPOINT_MARKER).unlink(missing_ok=True)
+        os.replace(fetched, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("downloaded %s of MLflow run %s into %s", name, run_id, final)
+    return final
+
+
+def _model_readme(loading_recipe: str, registered_name: str | None) -> str:
+    where = f"registered model `{registered_name}`" if registered_name else "this run"
+    return (
+        f"# Model logged by tuneline\n\nThe final model or adapter of {where}, as saved by the trainer.\n\n"
+        "Download it with `mlflow artifacts download --run-id <run id> --artifact-path model` "
+        "(or `models:/<name>/<version>`), then load it:\n\n"
+        f"```python\n{loading_recipe.strip()}\n```\n"
+    )
+
+
+def log_and_register_model(
+    run_id: str,
+    model_dir: str | Path,
+    registered_name: str | None,
+    tags: dict,
+    loading_recipe: str,
+    *,
+    tracking_uri: str | None = None,
+) -> str | None:
+    """Log `model_dir` under `model/` with a loading README; register a version if a name is given.
+
+    The version carries `tags` (dataset fingerprint...) plus the run's latest metrics as `metric.<key>`
+    unless `tags` already sets them. Returns the version number, or None when not registered.
+    """
+    uri = uri_for(run_id, tracking_uri)
+    client = client_for(uri)
+    client.log_artifacts(run_id, str(model_dir), MODEL_PATH)
+    with tempfile.TemporaryDirectory() as tmp:
+        readme = Path(tmp) / "TUNELINE_LOADING.md"
+        readme.write_text(_model_readme(loading_recipe, registered_name), encoding="utf-8")
+        client.log_artifact(run_id, str(readme), MODEL_PATH)
+    if not registered_name:
+        return None
+    return _register(client, uri, run_id, registered_name, tags)
+
+
+def _register(client, uri: str, run_id: str, name: str, tags: dict) -> str:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        try:
+            client.create_registered_model(name, description="Fine-tuned with tuneline.")
+        except MlflowException:  # registered meanwhile by a concurrent run
+            client.get_registered_model(name)
+    run = client.get_run(run_id)
+    version_tags = {f"metric.{k}": v for k, v in run.data.metrics.items()}
+    version_tags.update(tags)
+    version_tags.setdefault("tuneline.run_id", run_id)
+    source = f"{run.info.artifact_uri.rstrip('/')}/{MODEL_PATH}"
+    version = client.create_model_version(
+        name,
+        source,
+        run_id=run_id,
+        tags={str(k): str(v)[:MAX_TAG_VALUE] for k, v in version_tags.items()},
+        await_creation_for=0,
+    )
+    log.info("registered %s version %s from run %s in %s", name, version.version, run_id, resolve_tracking_uri(uri))
+    return str(version.version)

@@ -1,0 +1,161 @@
+"""Where the MLflow store is, whether it can be reached, and a client bound to it.
+
+Every MLflow call in tuneline goes through `client_for(uri)` with an explicit URI: nothing here reads or sets
+MLflow's process-global (fluent) state, so a flow, its tasks and the training subprocess can all talk to the
+same run without stepping on each other. `mlflow` is imported only inside functions (it costs ~2.5 s).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tuneline.errors import UserError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+SERVER_HINT = "mlflow server --host 127.0.0.1 --port 5000 -w 1"
+
+# run id -> tracking URI, filled by open_run so calls that only name a run reach the store it lives in.
+_RUN_URIS: dict[str, str] = {}
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """Config value, else $MLFLOW_TRACKING_URI, else ./mlflow.db; SQLite paths made absolute.
+
+    Absolute because the training subprocess may run in another folder and must write the same store.
+    """
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///") :]
+        if path and path != ":memory:" and not path.startswith("/"):
+            return "sqlite:///" + str(Path(path).resolve())
+    return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI, else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def check_tracking_available(uri: str, timeout_s: float = 5) -> None:
+    """Fail before any work starts if the store cannot be reached or written."""
+    if is_http(uri):
+        _check_server(uri, timeout_s)
+        return
+    db = sqlite_path(uri)
+    if db is not None:
+        _check_writable_folder(db.parent, f"MLflow SQLite store {uri}")
+
+
+def _check_server(uri: str, timeout_s: float) -> None:
+    import urllib.error
+    import urllib.request
+
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as err:
+        if err.code < 500:  # it answered: reachable (auth or a proxy may reject /health itself)
+            return
+        reason = f"it answered HTTP {err.code} on /health"
+    except OSError as err:  # URLError, refused, timeout
+        reason = f"{getattr(err, 'reason', err)}"
+    raise UserError(
+        f"MLflow tracking server {uri} is not reachable ({reason}). Start one with `{SERVER_HINT}` "
+        "(and set mlflow_tracking_uri / MLFLOW_TRACKING_URI to its address), or use a local store such as "
+        "sqlite:///mlflow.db.",
+        title="MLflow is not available",
+    )
+
+
+def is_transient(err: BaseException) -> bool:
+    """Connection refused/reset, timeouts, 5xx and a locked SQLite file: worth retrying later."""
+    import requests
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (requests.RequestException, ConnectionError, TimeoutError)):
+            return True
+        text = str(err)
+        if "API request to" in text and "failed with" in text or "database is locked" in text:
+            return True
+        code = getattr(err, "get_http_status_code", None)
+        if callable(code) and code() >= 500:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _check_writable_folder(folder: Path, what: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot create the folder {folder} for the {what}: {err}. Pick a writable path.",
+            title="MLflow is not available",
+        ) from err
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(
+            f"the folder {folder} for the {what} is not writable. Pick a writable path.",
+            title="MLflow is not available",
+        )
+
+
+def default_artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts of a SQLite store live in `mlartifacts/<experiment>` beside the db file.
+
+    For a server, None lets the server choose (it proxies artifacts by default).
+    """
+    db = sqlite_path(uri)
+    if db is None:
+        return None
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in experiment) or "default"
+    return (db.parent / "mlartifacts" / safe).resolve().as_uri()
+
+
+def remember_run(run_id: str, uri: str) -> None:
+    _RUN_URIS[run_id] = uri
+
+
+def uri_for(run_id: str, tracking_uri: str | None = None) -> str:
+    """Explicit URI, else the one the run was opened with in this process, else config-less resolution."""
+    if tracking_uri:
+        return resolve_tracking_uri(tracking_uri)
+    return _RUN_URIS.get(run_id) or resolve_tracking_uri(None)
+
+
+def client_for(uri: str) -> MlflowClient:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def run_url(uri: str, run_id: str) -> str | None:
+    """A UI link for a server; for a local store, how to open the UI on it."""
+    uri = resolve_tracking_uri(uri)
+    try:
+        experiment_id = client_for(uri).get_run(run_id).info.experiment_id
+    except Exception:  # a link is a nicety: never fail a step for it
+        experiment_id = None
+    fragment = f"#/experiments/{experiment_id}/runs/{run_id}" if experiment_id else ""
+    if is_http(uri):
+        return f"{uri.rstrip('/')}/{fragment}"
+    if sqlite_path(uri) is not None:
+        return (
+            f"run {run_id} in {uri}; view it with `mlflow ui --backend-store-uri {uri}` then "
+            f"http://127.0.0.1:5000/{fragment}"
+        )
+    return None
