@@ -1,0 +1,104 @@
+"""Evaluate a model (the base, or base + trained adapter) on the validation split, cached by content.
+
+The key is (model content key, eval data fingerprint, eval config slice, EVAL_VERSION), so the base model is
+scored once per (base, data) and every run on that base reuses it; a tuned model is scored once per result.
+This module imports no torch: computing a key, or answering from the cache, loads nothing heavy.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.model.fingerprint import model_fingerprint
+from tuneline.step_cache import cached_step
+
+# Bump when a metric's meaning changes; edits to the evaluation sources also change keys (see _code_version).
+EVAL_VERSION = "1"
+EVAL_SOURCES = (Path(__file__), *sorted((Path(__file__).parent / "evaluation").glob("*.py")))
+
+# The config keys that change an evaluation's result (besides the model and the data).
+EVAL_KEYS = ("stage", "cutoff_len", "template", "eval_max_samples", "eval_max_new_tokens",
+             "per_device_eval_batch_size", "seed")
+
+# Files that make up a model or adapter; logs, plots, cards and checkpoints in the same folder do not count.
+MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".model")
+MODEL_FILE_NAMES = ("config.json", "adapter_config.json", "generation_config.json",
+                    "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
+    """Key of one evaluation result."""
+    return fingerprint("evaluate", EVAL_VERSION, _code_version(), model_key, dataset_fingerprint,
+                       config.slice(*EVAL_KEYS))
+
+
+@functools.lru_cache(maxsize=1)
+def _code_version() -> str:
+    """Hash of the evaluation code, so a fixed metric is never answered from a stale cache entry."""
+    return fingerprint({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in EVAL_SOURCES})
+
+
+def model_content_key(config, adapter_dir: str | os.PathLike | None = None,
+                      memo_dir: str | os.PathLike | None = None) -> str:
+    """Content key of the base model as evaluation loads it, or of base + what training saved in `adapter_dir`.
+
+    The base part is `tuneline.model.model_fingerprint` without the finetuning keys (so every run on one base
+    shares its evaluation); `adapter_dir` counts by its top-level weight and config files only, so logs, plots,
+    the model card and checkpoint-*/ folders written beside them do not change the key.
+    """
+    base = model_fingerprint(config, memo_dir, include_finetuning=False)
+    if adapter_dir is None:
+        return base
+    hasher = FileHasher(memo_dir)
+    files = _model_files_hash(hasher, Path(adapter_dir))
+    hasher.save()
+    return fingerprint("tuned", base, files)
+
+
+def _model_files_hash(hasher: FileHasher, root: Path) -> dict[str, str]:
+    files = sorted(p for p in root.iterdir() if p.is_file() and _is_model_file(p.name))
+    return {p.name: hasher.hash_file(p) for p in files}
+
+
+def _is_model_file(name: str) -> bool:
+    return name in MODEL_FILE_NAMES or name.endswith(MODEL_FILE_SUFFIXES)
+
+
+def evaluate_model(config, dataset_ref: dict[str, Any], adapter_dir: str | None, model_key: str) -> dict[str, Any]:
+    """Score a model on the validation split; cached under `<pipeline_cache_dir>/evaluate/<key>/`.
+
+    Returns {"metrics", "path", "fingerprint", "cache_hit", "num_samples"}; the folder holds metrics.json
+    and, for sft, predictions.jsonl (prompt, reference, prediction per generated row).
+    """
+    key = eval_fingerprint(config, model_key, str(dataset_ref.get("fingerprint", "")))
+
+    def build(folder: Path) -> dict[str, Any]:
+        from tuneline.evaluation.run import run_evaluation
+
+        result = run_evaluation(config, dataset_ref, adapter_dir)
+        _write_json(folder / "metrics.json", result["metrics"])
+        if result.get("predictions"):
+            _write_jsonl(folder / "predictions.jsonl", result["predictions"])
+        return {"metrics": result["metrics"], "num_samples": result["num_samples"],
+                "num_generated": len(result.get("predictions") or []), "model_key": model_key,
+                "adapter_dir": str(adapter_dir) if adapter_dir else None}
+
+    ref = cached_step(config.pipeline.pipeline_cache_dir, "evaluate", key, build,
+                      refresh=config.pipeline.refresh_cache)
+    return ref
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -1,0 +1,103 @@
+"""sft evaluation by generation: split each row into prompt and reference, decode greedily, score the text.
+
+The prompt is everything before the row's LAST labelled span (so multi-turn rows are asked their final
+question with the earlier turns as context); the reference is that span up to its end-of-sequence token.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from tuneline.evaluation.scoring import IGNORE_INDEX, batch_ranges, pad_rows
+
+_WORDS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+def last_labelled_span(labels: Sequence[int]) -> tuple[int, int] | None:
+    """[start, end) of the last run of label tokens, or None when the row has none."""
+    end = len(labels)
+    while end > 0 and labels[end - 1] == IGNORE_INDEX:
+        end -= 1
+    if end == 0:
+        return None
+    start = end
+    while start > 0 and labels[start - 1] != IGNORE_INDEX:
+        start -= 1
+    return start, end
+
+
+def until_eos(tokens: Sequence[int], eos_ids: set[int]) -> list[int]:
+    out = []
+    for token in tokens:
+        if token in eos_ids:
+            break
+        out.append(int(token))
+    return out
+
+
+def split_prompt_answer(input_ids: Sequence[int], labels: Sequence[int],
+                        eos_ids: set[int]) -> tuple[list[int], list[int]] | None:
+    span = last_labelled_span(labels)
+    if span is None or span[0] == 0:
+        return None
+    start, end = span
+    return list(input_ids[:start]), until_eos(labels[start:end], eos_ids)
+
+
+def eos_token_ids(tokenizer, model) -> set[int]:
+    """The tokenizer's eos plus any the model's generation config names (chat models end turns with their own)."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    return ids
+
+
+def generate_greedy(model, prompts: Sequence[Sequence[int]], *, pad_id: int, eos_ids: set[int],
+                    max_new_tokens: int, batch_size: int) -> list[list[int]]:
+    """Greedy answers (token ids, cut at the first eos) for left-padded batches of prompts."""
+    import torch
+    from transformers import GenerationConfig
+
+    device = next(model.parameters()).device
+    settings = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
+                                pad_token_id=pad_id, eos_token_id=sorted(eos_ids) or None)
+    answers: list[list[int]] = []
+    with torch.no_grad():
+        for start, end in batch_ranges(len(prompts), batch_size):
+            rows = prompts[start:end]
+            ids = pad_rows(rows, pad_id, left=True).to(device)
+            mask = pad_rows([[1] * len(r) for r in rows], 0, left=True).to(device)
+            output = model.generate(input_ids=ids, attention_mask=mask, generation_config=settings)
+            answers += [until_eos(row.tolist(), eos_ids) for row in output[:, ids.shape[1]:]]
+    return answers
+
+
+class _WordTokenizer:
+    """Lower-cased words and punctuation, any script (rouge_score's default drops non-ASCII text)."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return _WORDS.findall(text.lower())
+
+
+def text_metrics(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """exact_match (after strip), mean ROUGE-1/2/L F1 and mean sentence BLEU-4, all in [0, 1]."""
+    import sacrebleu
+    from rouge_score import rouge_scorer
+
+    if not predictions:
+        return {}
+    count = len(predictions)
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=_WordTokenizer())
+    sums = {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
+    for pred, ref in zip(predictions, references, strict=True):
+        for name, score in scorer.score(ref, pred).items():
+            sums[name] += score.fmeasure
+    # Sentence BLEU-4 (sacrebleu's exp smoothing and effective order) averaged: a corpus BLEU of short answers
+    # is 0 whenever they have no 4-grams, even when every answer is right.
+    bleu = sum(sacrebleu.sentence_bleu(p, [r]).score for p, r in zip(predictions, references, strict=True))
+    exact = sum(p.strip() == r.strip() for p, r in zip(predictions, references, strict=True)) / count
+    return {"exact_match": exact, **{k: v / count for k, v in sums.items()}, "bleu4": bleu / count / 100.0}

@@ -1,0 +1,119 @@
+"""One evaluation: load tokenizer, data and model, then run the stage's metric steps from a table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tuneline.evaluation import generation, scoring
+from tuneline.evaluation.loading import load_eval_model, load_validation
+
+DEFAULT_EVAL_BATCH_SIZE = 8
+
+
+@dataclass
+class EvalContext:
+    config: Any
+    model: Any
+    tokenizer: Any
+    data: Any  # the validation split (a datasets.Dataset)
+    batch_size: int
+    predictions: list[dict[str, str]]
+
+
+def language_model_step(ctx: EvalContext) -> dict[str, float]:
+    """eval_loss, perplexity and token accuracy over the label tokens of every validation row."""
+    if "labels" not in ctx.data.column_names:
+        return {}
+    scores = scoring.label_scores(ctx.model, ctx.data["input_ids"], ctx.data["labels"],
+                                  ctx.tokenizer.pad_token_id, ctx.batch_size)
+    return scoring.loss_metrics(scores)
+
+
+def generation_step(ctx: EvalContext) -> dict[str, float]:
+    """Greedy answers to up to eval_max_samples prompts, scored against the reference answers."""
+    pipeline = ctx.config.pipeline
+    eos_ids = generation.eos_token_ids(ctx.tokenizer, ctx.model)
+    pairs = []
+    for input_ids, labels in zip(ctx.data["input_ids"], ctx.data["labels"], strict=True):
+        if len(pairs) >= pipeline.eval_max_samples:
+            break
+        split = generation.split_prompt_answer(input_ids, labels, eos_ids)
+        if split is not None:
+            pairs.append(split)
+    if not pairs:
+        return {}
+    answers = generation.generate_greedy(
+        ctx.model, [prompt for prompt, _ in pairs], pad_id=ctx.tokenizer.pad_token_id, eos_ids=eos_ids,
+        max_new_tokens=pipeline.eval_max_new_tokens, batch_size=ctx.batch_size)
+    decode = ctx.tokenizer.decode
+    predictions = [decode(a, skip_special_tokens=True) for a in answers]
+    references = [decode(ref, skip_special_tokens=True) for _, ref in pairs]
+    ctx.predictions += [{"prompt": decode(p), "predict": pred, "label": ref}
+                        for (p, _), pred, ref in zip(pairs, predictions, references, strict=True)]
+    return generation.text_metrics(predictions, references)
+
+
+def pairwise_step(ctx: EvalContext) -> dict[str, float]:
+    """Loss on the chosen responses, and reward accuracy/margin with the summed label log-prob as reward."""
+    if "chosen_input_ids" not in ctx.data.column_names:
+        return unpaired_step(ctx)
+    pad = ctx.tokenizer.pad_token_id
+    chosen = scoring.label_scores(ctx.model, ctx.data["chosen_input_ids"], ctx.data["chosen_labels"], pad,
+                                  ctx.batch_size)
+    rejected = scoring.label_scores(ctx.model, ctx.data["rejected_input_ids"], ctx.data["rejected_labels"], pad,
+                                    ctx.batch_size)
+    return {**scoring.loss_metrics(chosen), **scoring.pairwise_metrics(chosen["logp"], rejected["logp"])}
+
+
+def unpaired_step(ctx: EvalContext) -> dict[str, float]:
+    """KTO's unpaired rows (kto_tags true = desirable): loss over all rows, reward accuracy over every
+    (desirable, undesirable) combination, the summed label log-prob again standing in for the reward."""
+    if "labels" not in ctx.data.column_names:
+        return {}
+    scores = scoring.label_scores(ctx.model, ctx.data["input_ids"], ctx.data["labels"],
+                                  ctx.tokenizer.pad_token_id, ctx.batch_size)
+    metrics = scoring.loss_metrics(scores)
+    if "kto_tags" in ctx.data.column_names:
+        tags = list(ctx.data["kto_tags"])
+        desirable = [r for r, tag in zip(scores["logp"], tags, strict=True) if tag]
+        undesirable = [r for r, tag in zip(scores["logp"], tags, strict=True) if not tag]
+        metrics.update(scoring.unpaired_metrics(desirable, undesirable))
+    return metrics
+
+
+def reward_model_step(ctx: EvalContext) -> dict[str, float]:
+    """A reward model scores each side itself: Bradley-Terry eval loss, reward accuracy and margin."""
+    pad = ctx.tokenizer.pad_token_id
+    chosen = scoring.sequence_rewards(ctx.model, ctx.data["chosen_input_ids"], pad, ctx.batch_size)
+    rejected = scoring.sequence_rewards(ctx.model, ctx.data["rejected_input_ids"], pad, ctx.batch_size)
+    return {**scoring.bradley_terry_loss(chosen, rejected), **scoring.pairwise_metrics(chosen, rejected)}
+
+
+STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = {
+    "pt": (language_model_step,),
+    "sft": (language_model_step, generation_step),
+    "rm": (reward_model_step,),
+    "dpo": (pairwise_step,),
+    "kto": (pairwise_step,),
+    "ppo": (language_model_step,),
+}
+
+
+def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:
+    """{"metrics", "num_samples", "predictions"} for the model at adapter_dir (or the base model)."""
+    import torch
+
+    from tuneline.model import load_tokenizer
+
+    torch.manual_seed(int(config.training.get("seed", 42)))
+    data = load_validation(dataset_ref)  # first: a missing split fails before any model is loaded
+    tokenizer = load_tokenizer(config.model)
+    model = load_eval_model(config, tokenizer, adapter_dir)
+    batch_size = int(config.training.get("per_device_eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE)
+    ctx = EvalContext(config, model, tokenizer, data, batch_size, predictions=[])
+    metrics: dict[str, float] = {}
+    for step in STAGE_STEPS[config.stage]:
+        metrics.update(step(ctx))
+    return {"metrics": metrics, "num_samples": len(data), "predictions": ctx.predictions}

@@ -1,0 +1,122 @@
+"""Teacher-forced scores over label tokens, and the pairwise metrics built on them.
+
+`label_scores` gives, per row, the summed log-prob of its label tokens (labels == -100 are prompt or padding),
+the number of label tokens and how many of them the model's argmax predicts. Everything else is arithmetic on
+those three lists, kept as pure functions so they can be checked by hand.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterator, Sequence
+
+IGNORE_INDEX = -100
+# exp() of a loss above this overflows a float; such a model has no meaningful perplexity anyway.
+_MAX_LOG_PERPLEXITY = 700.0
+
+
+def batch_ranges(total: int, size: int) -> Iterator[tuple[int, int]]:
+    size = max(1, int(size))
+    for start in range(0, total, size):
+        yield start, min(start + size, total)
+
+
+def pad_rows(rows: Sequence[Sequence[int]], value: int, left: bool = False):
+    """A (batch, longest) long tensor, padded on the right (or the left, for generation)."""
+    import torch
+
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if len(row):
+            if left:
+                out[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            else:
+                out[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def label_scores(model, input_ids: Sequence[Sequence[int]], labels: Sequence[Sequence[int]], pad_id: int,
+                 batch_size: int) -> dict[str, list]:
+    """Per row: "logp" (sum of label-token log-probs), "tokens" (label count), "correct" (argmax hits)."""
+    import torch
+
+    device = next(model.parameters()).device
+    out: dict[str, list] = {"logp": [], "tokens": [], "correct": []}
+    with torch.no_grad():
+        for start, end in batch_ranges(len(input_ids), batch_size):
+            ids = pad_rows(input_ids[start:end], pad_id).to(device)
+            mask = pad_rows([[1] * len(r) for r in input_ids[start:end]], 0).to(device)
+            gold = pad_rows(labels[start:end], IGNORE_INDEX).to(device)
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            target = gold[:, 1:]
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, ignore_index=IGNORE_INDEX,
+                                                    reduction="none")
+            counted = target != IGNORE_INDEX
+            out["logp"] += (-nll * counted).sum(-1).tolist()
+            out["tokens"] += counted.sum(-1).tolist()
+            out["correct"] += ((logits.argmax(-1) == target) & counted).sum(-1).tolist()
+    return out
+
+
+def loss_metrics(scores: dict[str, list]) -> dict[str, float]:
+    """Token-weighted mean NLL over every label token, its perplexity, and teacher-forced token accuracy."""
+    tokens = sum(scores["tokens"])
+    if tokens == 0:
+        return {}
+    loss = -sum(scores["logp"]) / tokens
+    perplexity = math.exp(loss) if loss < _MAX_LOG_PERPLEXITY else math.inf
+    return {"eval_loss": loss, "perplexity": perplexity, "token_accuracy": sum(scores["correct"]) / tokens}
+
+
+def pairwise_metrics(chosen: Sequence[float], rejected: Sequence[float]) -> dict[str, float]:
+    """Share of pairs whose chosen reward is strictly higher (ties count as wrong), and the mean margin."""
+    if len(chosen) != len(rejected):
+        raise ValueError(f"{len(chosen)} chosen rewards but {len(rejected)} rejected ones")
+    if not chosen:
+        return {}
+    margins = [c - r for c, r in zip(chosen, rejected, strict=True)]
+    return {
+        "reward_accuracy": sum(m > 0 for m in margins) / len(margins),
+        "reward_margin": sum(margins) / len(margins),
+        "rewards_chosen": sum(chosen) / len(chosen),
+        "rewards_rejected": sum(rejected) / len(rejected),
+    }
+
+
+def sequence_rewards(model, input_ids: Sequence[Sequence[int]], pad_id: int, batch_size: int) -> list[float]:
+    """One reward per row from a sequence scorer (the reward model rm trains): its output at the last real token."""
+    import torch
+
+    device = next(model.parameters()).device
+    rewards: list[float] = []
+    with torch.no_grad():
+        for start, end in batch_ranges(len(input_ids), batch_size):
+            rows = input_ids[start:end]
+            ids = pad_rows(rows, pad_id).to(device)
+            mask = pad_rows([[1] * len(r) for r in rows], 0).to(device)
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+            if logits.dim() == 3:  # a per-token value head: read it at each row's last real token
+                logits = logits[torch.arange(len(rows), device=device), mask.sum(-1) - 1]
+            rewards += logits.reshape(len(rows), -1)[:, 0].tolist()
+    return rewards
+
+
+def bradley_terry_loss(chosen: Sequence[float], rejected: Sequence[float]) -> dict[str, float]:
+    """The reward model's own eval loss: mean -log sigmoid(r_chosen - r_rejected)."""
+    if not chosen:
+        return {}
+    losses = [math.log1p(math.exp(-(c - r))) if c - r > -30 else r - c for c, r in zip(chosen, rejected, strict=True)]
+    return {"eval_loss": sum(losses) / len(losses)}
+
+
+def unpaired_metrics(desirable: Sequence[float], undesirable: Sequence[float]) -> dict[str, float]:
+    """pairwise_metrics over every (desirable, undesirable) pair, for unpaired (KTO) data, in O(n log n)."""
+    if not desirable or not undesirable:
+        return {}
+    ranked = sorted(undesirable)
+    wins = sum(bisect.bisect_left(ranked, d) for d in desirable)  # undesirable rewards strictly below d
+    chosen, rejected = sum(desirable) / len(desirable), sum(undesirable) / len(undesirable)
+    return {"reward_accuracy": wins / (len(desirable) * len(ranked)), "reward_margin": chosen - rejected,
+            "rewards_chosen": chosen, "rewards_rejected": rejected}
