@@ -45,7 +45,7 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
     plots = step["plot"](config, trained, run)
     card = step["model_card"](config, trained, base_eval, tuned_eval, plots, dataset, run)
 
-    version = record.record_results(run, config, base_eval, tuned_eval, trained)
+    version = record.record_results(run, config, base_eval, tuned_eval, dataset["fingerprint"])
     publish_run_artifacts(config, run, dataset, base_eval, tuned_eval, plots)
     return {"output_dir": trained["output_dir"], "mlflow_run_id": run["run_id"], "model_card": card,
             "base": base_eval.get("metrics", {}), "tuned": tuned_eval.get("metrics", {}),

@@ -17,6 +17,7 @@ from tuneline.config import RunConfig
 from tuneline.pipeline import keys
 
 PACKAGES = ("tuneline", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "mlflow")
+REGISTERED_TAG = "tuneline.registered_version"
 NOT_MODEL_FILES = {"TRAIN_COMPLETE.json", "run.json", "trainer_log.jsonl", "tuneline_config.yaml"}
 
 
@@ -53,10 +54,11 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
         "tuneline.git_commit": git_commit() or "unknown",
         **{f"version.{k}": v for k, v in package_versions().items()},
     }
-    run_id = tracking.open_run(uri, config.experiment_name, run_key, config.run_name, tags)
+    run_id = tracking.open_run(uri, config.experiment_name, run_key, config.run_name, tags,
+                               reopen_finished=not config.pipeline.refresh_cache)
     if flow_run_id:
-        tracking.tag_flow_run(uri, run_id, flow_run_id, flow_run_url)
-    tracking.log_params(uri, run_id, config.masked())
+        tracking.tag_flow_run(run_id, flow_run_id, flow_run_url, tracking_uri=uri)
+    tracking.log_params(run_id, config.masked(), tracking_uri=uri)
     return {"run_id": run_id, "tracking_uri": uri, "run_key": run_key, "url": tracking.run_url(uri, run_id)}
 
 
@@ -73,22 +75,22 @@ def record_training(run: dict, config: RunConfig, trained: dict) -> None:
     uri, run_id, output_dir = run["tracking_uri"], run["run_id"], Path(trained["output_dir"])
     for name in ("tuneline_config.yaml", "trainer_log.jsonl", "generated_predictions.jsonl"):
         if (output_dir / name).is_file():
-            tracking.log_artifacts(uri, run_id, output_dir / name)
+            tracking.log_artifacts(run_id, output_dir / name, tracking_uri=uri)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = final_model_files(output_dir, Path(tmp) / "model")
-        tracking.log_and_register_model(uri, run_id, model_dir, None, {}, loading_recipe(config))
+        tracking.log_and_register_model(run_id, model_dir, None, {}, loading_recipe(config), tracking_uri=uri)
 
 
 def record_plots(run: dict, paths: list[str]) -> None:
     for path in paths:
-        tracking.log_artifacts(run["tracking_uri"], run["run_id"], path, "plots")
+        tracking.log_artifacts(run["run_id"], path, "plots", tracking_uri=run["tracking_uri"])
 
 
 def record_model_card(run: dict, path: str) -> None:
-    tracking.log_artifacts(run["tracking_uri"], run["run_id"], path)
+    tracking.log_artifacts(run["run_id"], path, tracking_uri=run["tracking_uri"])
 
 
-def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: dict, trained: dict) -> str | None:
+def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: dict, dataset_fp: str) -> str | None:
     """Before/after metrics once per run, then the registered model version (if configured); finish the run."""
     uri, run_id = run["tracking_uri"], run["run_id"]
     logged = tracking.get_run_metrics(uri, run_id)
@@ -96,12 +98,13 @@ def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: di
     summary.update({f"final_{k}": v for k, v in tuned_eval.get("metrics", {}).items()})
     fresh = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and k not in logged}
     if fresh:
-        tracking.log_metrics(uri, run_id, fresh)
-    version = None
-    if config.pipeline.mlflow_registered_model:
-        tags = {"dataset_fingerprint": trained.get("train_key", ""), **{k: str(v) for k, v in summary.items()}}
-        version = tracking.register_logged_model(uri, run_id, config.pipeline.mlflow_registered_model, tags)
-    tracking.finish_run(uri, run_id, "FINISHED")
+        tracking.log_metrics(run_id, fresh, tracking_uri=uri)
+    version = tracking.get_run_tags(uri, run_id).get(REGISTERED_TAG)
+    if config.pipeline.mlflow_registered_model and version is None:  # a cached rerun registers nothing new
+        tags = {"dataset_fingerprint": dataset_fp, **{k: str(v) for k, v in summary.items()}}
+        version = tracking.register_model(run_id, config.pipeline.mlflow_registered_model, tags, tracking_uri=uri)
+        tracking.add_tags(run_id, {REGISTERED_TAG: version}, tracking_uri=uri)
+    tracking.finish_run(run_id, "FINISHED", tracking_uri=uri)
     return version
 
 

@@ -73,6 +73,8 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     from tuneline.train.launch import launch_command, run_streaming
 
     output_dir = config.output_dir
+    if training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
+        return json.loads((output_dir / COMPLETE_MARKER).read_text())
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path = dump_config(config, output_dir / RESOLVED_CONFIG)
     cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref))

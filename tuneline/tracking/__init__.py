@@ -10,12 +10,14 @@ from tuneline.tracking.artifacts import (
     log_and_register_model,
     log_artifacts,
     log_checkpoint,
+    register_model,
 )
 from tuneline.tracking.params import flatten, log_params, param_values
 from tuneline.tracking.runs import (
     add_tags,
     finish_run,
     get_run_metrics,
+    get_run_tags,
     log_metrics,
     metric_history,
     open_run,
@@ -33,6 +35,7 @@ __all__ = [
     "flatten",
     "flush_spool",
     "get_run_metrics",
+    "get_run_tags",
     "log_and_register_model",
     "log_artifacts",
     "log_checkpoint",
@@ -41,6 +44,7 @@ __all__ = [
     "metric_history",
     "open_run",
     "param_values",
+    "register_model",
     "resolve_tracking_uri",
     "run_url",
     "tag_flow_run",

@@ -148,6 +148,12 @@ def log_and_register_model(
     return _register(client, uri, run_id, registered_name, tags)
 
 
+def register_model(run_id: str, registered_name: str, tags: dict, *, tracking_uri: str | None = None) -> str:
+    """Register the run's already logged `model/` as a new version (after evaluation, so it carries results)."""
+    uri = uri_for(run_id, tracking_uri)
+    return _register(client_for(uri), uri, run_id, registered_name, tags)
+
+
 def _register(client, uri: str, run_id: str, name: str, tags: dict) -> str:
     from mlflow.exceptions import MlflowException
 

@@ -2,7 +2,9 @@
 
 A Prefect flow-run id changes on every start, so it cannot name the MLflow run; the flow's content fingerprint
 (`tuneline.run_key`) does. Starting the same work again reopens the newest unfinished run with that key, so a
-crash-and-rerun keeps one history; a finished run is never reopened.
+crash-and-rerun keeps one history. A finished run is reopened only on request (`reopen_finished`): the flow
+asks for it when every step may be a cache hit, so a repeated command adds no empty run; a forced rerun
+(`--no-cache`) gets a run of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ UNFINISHED = ("RUNNING", "FAILED", "KILLED", "SCHEDULED")
 
 
 def open_run(
-    uri: str, experiment: str, run_key: str, run_name: str, tags: dict, artifact_location: str | None = None
+    uri: str, experiment: str, run_key: str, run_name: str, tags: dict, artifact_location: str | None = None,
+    reopen_finished: bool = False,
 ) -> str:
     """Run id of the newest unfinished run with this key in `experiment`, else of a new run.
 
@@ -36,7 +39,7 @@ def open_run(
     uri = resolve_tracking_uri(uri)
     client = client_for(uri)
     experiment_id = _experiment_id(client, uri, experiment, artifact_location)
-    run_id = _find_unfinished(client, experiment_id, run_key)
+    run_id = _find_by_key(client, experiment_id, run_key, reopen_finished)
     all_tags = {**{k: str(v) for k, v in tags.items()}, RUN_KEY_TAG: run_key}
     if run_id is None:
         run_id = client.create_run(experiment_id, run_name=run_name, tags=_clip_tags(all_tags)).info.run_id
@@ -44,7 +47,7 @@ def open_run(
     else:
         client.update_run(run_id, status="RUNNING")
         _set_tags(client, run_id, all_tags)
-        log.info("MLflow: reopened unfinished run %s (key %s)", run_id, run_key)
+        log.info("MLflow: reopened run %s (key %s)", run_id, run_key)
     remember_run(run_id, uri)
     return run_id
 
@@ -70,7 +73,7 @@ def _experiment_id(client, uri: str, name: str, artifact_location: str | None) -
         return found.experiment_id
 
 
-def _find_unfinished(client, experiment_id: str, run_key: str) -> str | None:
+def _find_by_key(client, experiment_id: str, run_key: str, reopen_finished: bool) -> str | None:
     escaped = run_key.replace("'", "\\'")
     runs = client.search_runs(
         [experiment_id],
@@ -79,7 +82,7 @@ def _find_unfinished(client, experiment_id: str, run_key: str) -> str | None:
         max_results=50,
     )
     for run in runs:
-        if run.info.status in UNFINISHED:
+        if reopen_finished or run.info.status in UNFINISHED:
             return run.info.run_id
     return None
 
@@ -150,6 +153,10 @@ def finish_run(run_id: str, status: str = "FINISHED", *, tracking_uri: str | Non
 def get_run_metrics(uri: str, run_id: str) -> dict[str, float]:
     """The latest value of every metric of the run."""
     return dict(client_for(resolve_tracking_uri(uri)).get_run(run_id).data.metrics)
+
+
+def get_run_tags(uri: str, run_id: str) -> dict[str, str]:
+    return dict(client_for(resolve_tracking_uri(uri)).get_run(run_id).data.tags)
 
 
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
