@@ -1,18 +1,28 @@
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.runtime import task_run
 
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.pipeline import keys
 from tuneline.pipeline.record import record_training
-from tuneline.pipeline.train_step import train_model, training_complete
+from tuneline.pipeline.train_step import train_model, training_complete, worth_retrying
 
 
 def _train_key(config: RunConfig, dataset: dict, reference: dict, run: dict) -> str:
     return keys.train_key(config, dataset["fingerprint"], reference["fingerprint"])
 
 
+def _retry_crashes_only(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except BaseException as error:  # noqa: BLE001 - the state's own exception, re-raised by result()
+        return worth_retrying(error)
+    return False
+
+
 @task(name="train", tags=["gpu"], retries=1, retry_delay_seconds=5, persist_result=True,
+      retry_condition_fn=_retry_crashes_only,
       task_run_name="train {config.finetuning.stage}-{config.finetuning.finetuning_type}",
       cache_key_fn=content_key(_train_key, lambda key, config, **_: training_complete(config.output_dir, key)))
 def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
@@ -22,11 +32,12 @@ def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
 
     def on_progress(entry: dict) -> None:
         if entry.get("percentage") is not None:
-            update_progress_artifact(progress, float(entry["percentage"]))
+            update_progress_artifact(progress, min(100.0, float(entry["percentage"])))
 
     key = _train_key(config, dataset, reference, run)
+    fresh = config.pipeline.refresh_cache and task_run.run_count <= 1  # a retry resumes what the first began
     result = train_model(config, dataset, reference, key, run.get("run_id"), run.get("tracking_uri"),
-                         on_line=logger.info, on_progress=on_progress)
+                         on_line=logger.info, on_progress=on_progress, start_fresh=fresh)
     update_progress_artifact(progress, 100.0)
     record_training(run, config, result)
     return result

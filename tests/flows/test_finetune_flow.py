@@ -1,6 +1,7 @@
 """The whole flow against a real Prefect API and a real MLflow SQLite store, on the tiny model."""
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 
@@ -86,6 +87,20 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     for name in ("load-tokenizer", "build-dataset", "build-reference-model"):
         assert states[name] == ["Cached"], (name, states)
     assert states["train"] == ["Completed"] and "Completed" in states["evaluate"]
+
+    # a data file changes: the dataset is rebuilt and everything after it reruns
+    data_file = root / "data" / "demo_sft.json"
+    rows = json.loads(data_file.read_text())
+    data_file.write_text(json.dumps(rows[:-1]))
+    _, states = run_flow(config_path, [f"output_dir={root / 'out_data'}"])
+    assert states["load-tokenizer"] == ["Cached"]
+    assert states["build-dataset"] == ["Completed"] and states["train"] == ["Completed"], states
+
+    # --no-cache: every step runs again, train from step 0 (its old checkpoints are gone)
+    _, states = run_flow(config_path, [f"output_dir={root / 'out_data'}", "refresh_cache=true"])
+    assert all(set(s) == {"Completed"} for s in states.values()), states
+    log = [json.loads(line) for line in (root / "out_data" / "trainer_log.jsonl").read_text().splitlines()]
+    assert log[0]["current_steps"] <= 2, "a forced rerun trains from the start, it does not resume"
 
 
 def _weights(folder: Path) -> dict:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tuneline.config import RunConfig, dump_config
+from tuneline.errors import UserError
 
 COMPLETE_MARKER = "TRAIN_COMPLETE.json"
 RESOLVED_CONFIG = "tuneline_config.yaml"
@@ -27,6 +29,32 @@ def training_complete(output_dir: str | Path, key: str) -> bool:
         return json.loads(marker.read_text()).get("train_key") == key
     except (OSError, json.JSONDecodeError):
         return False
+
+
+def worth_retrying(error: BaseException) -> bool:
+    """A crash (killed, out of memory, a lost device) may pass on a retry; an error the user must fix will not."""
+    from tuneline.train.__main__ import ERROR_PREFIX
+    from tuneline.train.launch import TrainingFailed
+
+    if isinstance(error, UserError) and not isinstance(error, TrainingFailed):
+        return False
+    return ERROR_PREFIX not in str(error)  # the child printed a user error: the same config fails the same way
+
+
+def start_over(output_dir: Path) -> None:
+    """`refresh_cache` means train again from step 0: drop this output_dir's checkpoints and results."""
+    from tuneline.train.output_dir import OutputDirLock
+
+    if not output_dir.is_dir():
+        return
+    lock = OutputDirLock(output_dir)  # a trainer still running there makes this fail with its holder named
+    try:
+        for entry in output_dir.iterdir():
+            if entry.name.startswith(".tuneline.lock"):
+                continue
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    finally:
+        lock.release()
 
 
 def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
@@ -68,12 +96,17 @@ class ProgressReader:
 def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
                 mlflow_run_id: str | None, tracking_uri: str | None,
                 on_line: Callable[[str], None] = print,
-                on_progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Train (or resume) into config.output_dir; return a small reference to the result."""
+                on_progress: Callable[[dict], None] | None = None, start_fresh: bool = False) -> dict[str, Any]:
+    """Train (or resume) into config.output_dir; return a small reference to the result.
+
+    `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains again from step 0.
+    """
     from tuneline.train.launch import launch_command, run_streaming
 
     output_dir = config.output_dir
-    if training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
+    if start_fresh:
+        start_over(output_dir)
+    elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
         return json.loads((output_dir / COMPLETE_MARKER).read_text())
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path = dump_config(config, output_dir / RESOLVED_CONFIG)
