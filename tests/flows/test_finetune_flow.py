@@ -36,7 +36,8 @@ def run_flow(config_path, overrides=None):
 
     state = finetune(str(config_path), overrides or [], return_state=True)
     assert state.is_completed(), state.message
-    return state.result(), task_states(state.state_details.flow_run_id)
+    result = dict(state.result(), flow_run_id=state.state_details.flow_run_id)
+    return result, task_states(state.state_details.flow_run_id)
 
 
 def task_states(flow_run_id) -> dict[str, list[str]]:
@@ -76,6 +77,7 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert {"model", "plots", "README.md", "tuneline_config.yaml", "trainer_log.jsonl"} <= artifacts
     assert (root / "out" / "README.md").is_file() and (root / "out" / "training_loss.png").is_file()
     assert client.get_registered_model("flow-test-model").latest_versions
+    assert {"run-summary", "evaluation", "loss-plot"} <= flow_artifact_keys(result["flow_run_id"])
 
     # the same command again: every step is a cache hit, and the MLflow record is the same run
     again, states = run_flow(config_path)
@@ -103,6 +105,18 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert log[0]["current_steps"] <= 2, "a forced rerun trains from the start, it does not resume"
 
 
+def flow_artifact_keys(flow_run_id) -> set[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async def read():
+        async with get_client() as client:
+            found = await client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        return {a.key for a in found}
+
+    return asyncio.run(read())
+
+
 def _weights(folder: Path) -> dict:
     from safetensors.torch import load_file
 
@@ -114,6 +128,23 @@ def _weights(folder: Path) -> dict:
     return out
 
 
+def wait_for(path: Path, proc, seconds: float = 300) -> None:
+    import time
+
+    deadline = time.time() + seconds
+    while not path.is_dir():
+        assert proc.poll() is None, f"the flow ended before {path.name} appeared"
+        assert time.time() < deadline, f"no {path.name} within {seconds} s"
+        time.sleep(0.2)
+
+
+def assert_same_weights(left: Path, right: Path) -> None:
+    a, b = _weights(left), _weights(right)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert (a[name] - b[name]).abs().max().item() <= 1e-6, name
+
+
 @pytest.mark.slow
 def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefect_api, workdir):
     """Kill the whole flow process group mid-training; the same command must finish it as if never killed."""
@@ -121,7 +152,6 @@ def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefe
     import signal
     import subprocess
     import sys
-    import time
 
     from mlflow import MlflowClient
     from prefect.settings import PREFECT_API_URL
@@ -132,11 +162,7 @@ def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefe
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
     proc = subprocess.Popen([sys.executable, "-m", "flows.finetune", str(config_path), *overrides], env=env,
                             cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (killed_dir / "checkpoint-10").is_dir():
-        assert proc.poll() is None, "the flow ended before its first checkpoint"
-        assert time.time() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.2)
+    wait_for(killed_dir / "checkpoint-10", proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (killed_dir / "TRAIN_COMPLETE.json").exists()
@@ -147,10 +173,17 @@ def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefe
     assert states["train"] == ["Completed"]
 
     whole, _ = run_flow(config_path, [f"output_dir={whole_dir}", *overrides[1:]])
-    a, b = _weights(killed_dir), _weights(whole_dir)
-    assert a.keys() == b.keys()
-    for name in a:
-        assert (a[name] - b[name]).abs().max().item() <= 1e-6, name
+    assert_same_weights(killed_dir, whole_dir)
+
+    # only the training process dies (the flow lives): the task's Prefect retry resumes it within the flow run
+    retry_dir = root / "retried"
+    proc = subprocess.Popen([sys.executable, "-m", "flows.finetune", str(config_path), f"output_dir={retry_dir}",
+                             *overrides[1:]], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(retry_dir / "checkpoint-10", proc)
+    trainer_pid = json.loads((retry_dir / ".tuneline.lock.owner").read_text())["pid"]
+    os.kill(trainer_pid, signal.SIGKILL)
+    assert proc.wait(timeout=300) == 0, "the flow must finish through the train task's retry"
+    assert_same_weights(retry_dir, whole_dir)
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     run_key = client.get_run(resumed["mlflow_run_id"]).data.tags["tuneline.run_key"]
