@@ -24,7 +24,7 @@ demo: $(STAMP)
 	@echo "See the run: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1"
 
 lint: $(STAMP)
-	$(BIN)/ruff check tuneline tasks flows tests benchmarks
+	$(BIN)/ruff check tuneline tasks flows tests benchmarks deployments
 	$(BIN)/lint-imports
 
 test: $(STAMP) lint
