@@ -21,7 +21,7 @@ import pytest
 
 from tuneline import tracking
 from tuneline.errors import UserError
-from tuneline.tracking.step_logger import SPOOL_NAME
+from tuneline.tracking.step_logger import SPOOL_NAME, spooled_count
 
 
 def free_port() -> int:
@@ -171,14 +171,17 @@ def test_server_lost_during_training_metrics_spooled_then_sent_none_lost(server,
     run_id = tracking.open_run(uri, "http-outage", "work-2", "outage", {})
     out = tmp_path / "out"
     assert tracking.log_checkpoint(run_id, _checkpoint(out, 5), train_key="k") == "checkpoints/checkpoint-5"
-    logger = tracking.StepMetricLogger(run_id, uri, out, retry_interval_s=0.5)
+    # what training uses: the spooling logger behind its worker thread
+    logger = tracking.BackgroundStepLogger(tracking.StepMetricLogger(run_id, uri, out, retry_interval_s=0.5))
     for step in range(1, 6):
         logger.log({"loss": float(step)}, step)
+    logger.flush()
 
     server.stop()
     sizes, start = [], time.monotonic()
     for step in range(6, 16):
         logger.log({"loss": float(step), "grad_norm": step / 10}, step)  # never raises: training goes on
+        logger.flush()
         sizes.append((out / SPOOL_NAME).stat().st_size)
         time.sleep(0.1)
     assert time.monotonic() - start < 10  # a down server costs milliseconds per step, not HTTP retries
@@ -186,7 +189,7 @@ def test_server_lost_during_training_metrics_spooled_then_sent_none_lost(server,
     start = time.monotonic()
     assert tracking.log_checkpoint(run_id, _checkpoint(out, 10)) is None  # skipped with a warning
     assert time.monotonic() - start < 2
-    assert logger.close() == 20  # still down: every value waits in the spool
+    assert spooled_count(run_id, out) == 20  # still down: every value waits in the spool
     spooled = [json.loads(line) for line in (out / SPOOL_NAME).read_text().splitlines()]
     assert sorted({e["step"] for e in spooled}) == list(range(6, 16))
 

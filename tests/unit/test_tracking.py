@@ -1,16 +1,12 @@
-"""tuneline.tracking against real MLflow: a SQLite store per test, and one real `mlflow server` over HTTP."""
+"""tuneline.tracking against real MLflow, a SQLite store per test (HTTP server: tests/flows/test_tracking_server.py)"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -66,6 +62,42 @@ def test_check_tracking_available_closed_port_fails_fast():
         tracking.check_tracking_available(uri, timeout_s=2)
     assert time.monotonic() - start < 3
     assert uri in str(err.value) and "mlflow server --host 127.0.0.1" in str(err.value)
+
+
+@pytest.fixture
+def http_answering():
+    """A real local HTTP server answering each path with a chosen status (stands in for a gateway or proxy)."""
+    import http.server
+    import threading
+
+    routes: dict[str, int] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(routes.get(self.path.split("?", 1)[0], 404))
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", routes
+    server.shutdown()
+    server.server_close()
+
+
+def test_check_tracking_available_tells_a_non_mlflow_server_from_a_guarded_one(http_answering):
+    uri, routes = http_answering
+    with pytest.raises(UserError, match="404 on /health and on the tracking API: no MLflow server"):
+        tracking.check_tracking_available(uri)  # something answers, but it is not MLflow
+    routes["/api/2.0/mlflow/experiments/search"] = 200  # a gateway that does not route /health
+    tracking.check_tracking_available(uri)
+    routes["/health"] = 401  # MLflow behind authentication: reachable
+    tracking.check_tracking_available(uri)
+    routes["/health"] = 503
+    with pytest.raises(UserError, match="HTTP 503"):
+        tracking.check_tracking_available(uri)
 
 
 def test_check_tracking_available_sqlite_folder(tmp_path):
@@ -195,6 +227,69 @@ def test_spool_when_server_down_at_start_then_flush_without_duplicates(uri, tmp_
     assert tracking.flush_spool(run_id, uri, tmp_path) == 0
 
 
+def test_background_logger_keeps_order_and_surfaces_hard_errors(uri, tmp_path):
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    logger = tracking.BackgroundStepLogger(tracking.StepMetricLogger(run_id, uri, tmp_path))
+    waits, logged_at = [], {}
+    for step in range(1, 21):
+        start = time.perf_counter()
+        logged_at[step] = (int(time.time() * 1000), step)
+        logger.log({"loss": float(step), "learning_rate": 0.1}, step)
+        waits.append(time.perf_counter() - start)
+        logged_at[step] = (logged_at[step][0], int(time.time() * 1000) + 1)
+    assert sorted(waits)[10] < 0.005  # the training thread only enqueues (a SQLite send takes ~30 ms)
+    assert logger.close() == 0
+    assert tracking.metric_history(uri, run_id, "loss") == [(s, float(s)) for s in range(1, 21)]
+    for metric in client(uri).get_metric_history(run_id, "loss"):  # stamped when logged, not when sent
+        low, high = logged_at[metric.step]
+        assert low <= metric.timestamp <= high, metric
+
+    other = tracking.open_run(uri, "e", "k2", "r", {})
+    failing = tracking.BackgroundStepLogger(tracking.StepMetricLogger(other, uri, tmp_path))
+    client(uri).delete_run(other)  # not an outage: MLflow refuses, and training must hear about it
+    failing.log({"loss": 1.0}, 1)
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException):
+        failing.flush()
+    assert failing.close() == 0
+    assert not (tmp_path / SPOOL_NAME).exists()  # nothing spooled for a refusal
+
+
+def test_short_http_settings_of_a_worker_never_reach_another_threads_upload(monkeypatch):
+    import threading
+
+    from tuneline.tracking.step_logger import default_http_retries, short_http_retries
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def worker():
+        with short_http_retries(0, 5):
+            inside.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    inside.wait(5)
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
+
+    def upload():
+        with default_http_retries():
+            seen.append(os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
+
+    uploader = threading.Thread(target=upload)
+    uploader.start()
+    uploader.join(0.3)
+    assert seen == []  # waits while the worker's send is in flight
+    release.set()
+    thread.join()
+    uploader.join(5)
+    assert seen == ["7"] and os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "7"
+    assert "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ  # restored as it was
+
+
 def test_step_logger_raises_for_errors_a_retry_cannot_fix(uri, tmp_path):
     from mlflow.exceptions import MlflowException
 
@@ -233,6 +328,12 @@ def test_checkpoint_log_and_download_into_empty_dir(uri, tmp_path):
         out / "checkpoint-10/adapter_model.safetensors"
     ).read_bytes()
     assert [p.name for p in dest.iterdir()] == ["checkpoint-10"]  # no temporary folder left
+
+    # with a train key, checkpoints logged for another key are passed over
+    tracking.log_checkpoint(run_id, _write_checkpoint(out, 16), train_key="other-config")
+    keyed = tracking.download_latest_checkpoint(run_id, uri, tmp_path / "keyed", train_key="this-config")
+    assert keyed == tmp_path / "keyed/checkpoint-10"  # checkpoint-10's marker names no key: accepted
+    assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "any") == tmp_path / "any/checkpoint-16"
 
     start = time.monotonic()  # server gone during training: the checkpoint is skipped, training goes on
     down = f"http://127.0.0.1:{free_port()}"
@@ -273,96 +374,3 @@ def test_run_url_for_sqlite_names_the_ui_command(uri):
     run_id = tracking.open_run(uri, "e", "k", "r", {})
     url = tracking.run_url(uri, run_id)
     assert run_id in url and f"mlflow ui --backend-store-uri {uri}" in url
-
-
-# --- a real tracking server over HTTP ----------------------------------------------------------------------
-
-
-def _start_server(port: int, store: Path) -> subprocess.Popen:
-    mlflow_bin = Path(sys.executable).parent / "mlflow"
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job runner: starts faster
-    proc = subprocess.Popen(
-        [
-            str(mlflow_bin),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-            "--backend-store-uri",
-            f"sqlite:///{store / 'server.db'}",
-            "--artifacts-destination",
-            str(store / "art"),
-        ],
-        stdout=open(store / "server.log", "ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                return proc
-        except OSError:
-            assert proc.poll() is None, (store / "server.log").read_text()[-2000:]
-            time.sleep(0.3)
-    _stop_server(proc)
-    raise AssertionError("mlflow server did not start in 90 s")
-
-
-def _stop_server(proc: subprocess.Popen) -> None:
-    """Stop the server and its uvicorn worker: the process group it leads (started with a new session)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-@pytest.mark.slow
-def test_http_server_outage_spools_and_flushes(tmp_path, empty_store):
-    port, store = free_port(), tmp_path / "store"
-    store.mkdir()
-    shutil.copy(empty_store, store / "server.db")
-    uri = f"http://127.0.0.1:{port}"
-    proc = _start_server(port, store)
-    try:
-        tracking.check_tracking_available(uri)
-        run_id = tracking.open_run(uri, "http-exp", "key", "over http", {"stage": "sft"})
-        assert tracking.open_run(uri, "http-exp", "key", "over http", {}) == run_id
-        tracking.log_params(run_id, {"lr": 0.1, "hf_hub_token": "x"})
-        out = tmp_path / "out"
-        tracking.log_checkpoint(run_id, _write_checkpoint(out, 3))
-        fetched = tracking.download_latest_checkpoint(run_id, uri, tmp_path / "fresh")
-        assert (fetched / "trainer_state.json").read_text() == '{"global_step": 3}'
-        assert tracking.run_url(uri, run_id).startswith(f"{uri}/#/experiments/")
-
-        logger = tracking.StepMetricLogger(run_id, uri, out, retry_interval_s=0.5)
-        for step in range(1, 6):
-            logger.log({"loss": float(step)}, step)
-        _stop_server(proc)
-        sizes = []
-        start = time.monotonic()
-        for step in range(6, 16):
-            logger.log({"loss": float(step), "grad_norm": 0.5}, step)  # must not raise
-            sizes.append((out / SPOOL_NAME).stat().st_size)
-            time.sleep(0.1)
-        assert time.monotonic() - start < 20  # a down server costs milliseconds per step, not retries
-        assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
-        assert logger.close() == 20
-
-        proc = _start_server(port, store)
-        assert tracking.flush_spool(run_id, uri, out) == 0
-        assert [s for s, _ in tracking.metric_history(uri, run_id, "loss")] == list(range(1, 16))
-        assert [s for s, _ in tracking.metric_history(uri, run_id, "grad_norm")] == list(range(6, 16))
-        assert not (out / SPOOL_NAME).exists()
-        assert tracking.get_run_metrics(uri, run_id)["loss"] == 15.0
-        tracking.finish_run(run_id)
-        assert tracking.open_run(uri, "http-exp", "key", "over http", {}) != run_id
-    finally:
-        _stop_server(proc)

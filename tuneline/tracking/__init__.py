@@ -12,6 +12,7 @@ from tuneline.tracking.artifacts import (
     log_checkpoint,
     register_model,
 )
+from tuneline.tracking.background import BackgroundStepLogger
 from tuneline.tracking.params import flatten, log_params, param_values
 from tuneline.tracking.runs import (
     add_tags,
@@ -27,6 +28,7 @@ from tuneline.tracking.step_logger import StepMetricLogger, flush_spool
 from tuneline.tracking.store import check_tracking_available, resolve_tracking_uri, run_url
 
 __all__ = [
+    "BackgroundStepLogger",
     "StepMetricLogger",
     "add_tags",
     "check_tracking_available",

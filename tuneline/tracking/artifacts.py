@@ -8,6 +8,7 @@ one upload and load with the same few lines of transformers/peft code.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from tuneline.errors import UserError
 from tuneline.tracking.runs import MAX_TAG_VALUE
+from tuneline.tracking.step_logger import default_http_retries
 from tuneline.tracking.store import check_tracking_available, client_for, is_transient, resolve_tracking_uri, uri_for
 
 log = logging.getLogger(__name__)
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
 CHECKPOINT_MARKER = "TUNELINE_CHECKPOINT_COMPLETE"  # uploaded last: a checkpoint without it is partial
 MODEL_PATH = "model"
+DOWNLOAD_PREFIX = ".tmp-"  # a checkpoint being downloaded: `<dest>/.tmp-checkpoint-N-<id>`
 _CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -42,11 +45,15 @@ def log_artifacts(
         raise FileNotFoundError(f"nothing to log at {local_path}")
 
 
-def log_checkpoint(run_id: str, checkpoint_dir: str | Path, *, tracking_uri: str | None = None) -> str | None:
+def log_checkpoint(
+    run_id: str, checkpoint_dir: str | Path, *, tracking_uri: str | None = None, train_key: str | None = None
+) -> str | None:
     """Upload a complete checkpoint to `checkpoints/<name>`, then its completion marker; returns that path.
 
-    Best effort, since it runs inside training and the checkpoint is safe on disk: with the server unreachable
-    it warns and returns None (a half-done upload has no marker, so no resume will trust it).
+    The marker names the train key the checkpoint belongs to (when given), so a resume never continues from
+    another configuration's weights. Best effort, since it runs inside training and the checkpoint is safe on
+    disk: with the server unreachable it warns and returns None (a half-done upload has no marker, so no resume
+    will trust it).
     """
     checkpoint_dir = Path(checkpoint_dir)
     artifact_path = f"{CHECKPOINTS}/{checkpoint_dir.name}"
@@ -54,10 +61,10 @@ def log_checkpoint(run_id: str, checkpoint_dir: str | Path, *, tracking_uri: str
     try:
         check_tracking_available(uri, timeout_s=5)  # fail in seconds, not after MLflow's minutes of retries
         client = client_for(uri)
-        client.log_artifacts(run_id, str(checkpoint_dir), artifact_path)
-        with tempfile.TemporaryDirectory() as tmp:
+        with default_http_retries(), tempfile.TemporaryDirectory() as tmp:
+            client.log_artifacts(run_id, str(checkpoint_dir), artifact_path)
             marker = Path(tmp) / CHECKPOINT_MARKER
-            marker.write_text(checkpoint_dir.name)
+            marker.write_text(json.dumps({"checkpoint": checkpoint_dir.name, "train_key": train_key}))
             client.log_artifact(run_id, str(marker), artifact_path)
     except Exception as err:
         if not (isinstance(err, UserError) or is_transient(err)):
@@ -83,23 +90,49 @@ def logged_checkpoints(client, run_id: str) -> list[tuple[int, str]]:
     return complete
 
 
-def download_latest_checkpoint(run_id: str, tracking_uri: str | None, dest_dir: str | Path) -> Path | None:
+def _marker_train_key(client, run_id: str, name: str) -> str | None:
+    """The train key written in a checkpoint's marker (None for a marker that names none)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = client.download_artifacts(run_id, f"{CHECKPOINTS}/{name}/{CHECKPOINT_MARKER}", tmp)
+        text = Path(path).read_text(encoding="utf-8")
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError:  # a marker holding only the checkpoint name
+        return None
+    return meta.get("train_key") if isinstance(meta, dict) else None
+
+
+def latest_logged_checkpoint(client, run_id: str, train_key: str | None = None) -> str | None:
+    """Name of the highest complete checkpoint of the run whose marker names `train_key` or no key."""
+    for _, name in logged_checkpoints(client, run_id):
+        if train_key is None:
+            return name
+        logged_key = _marker_train_key(client, run_id, name)
+        if logged_key in (None, train_key):
+            return name
+        log.warning("MLflow run %s: %s belongs to train key %s, not %s; skipped", run_id, name, logged_key, train_key)
+    return None
+
+
+def download_latest_checkpoint(
+    run_id: str, tracking_uri: str | None, dest_dir: str | Path, *, train_key: str | None = None
+) -> Path | None:
     """Fetch the highest complete `checkpoint-N` into `dest_dir/<name>`; None when the run logged none.
 
-    Downloaded into a temporary sibling and renamed when whole, so a crash never leaves a half checkpoint that
-    a resume would trust. An existing `dest_dir/<name>` is returned as it is.
+    With `train_key`, checkpoints logged for another key are passed over. Downloaded into a temporary sibling
+    and renamed when whole, so a crash never leaves a half checkpoint that a resume would trust. An existing
+    `dest_dir/<name>` is returned as it is.
     """
     client = client_for(uri_for(run_id, tracking_uri))
-    checkpoints = logged_checkpoints(client, run_id)
-    if not checkpoints:
+    name = latest_logged_checkpoint(client, run_id, train_key)
+    if name is None:
         return None
-    name = checkpoints[0][1]
     dest_dir = Path(dest_dir)
     final = dest_dir / name
     if final.exists():
         return final
     dest_dir.mkdir(parents=True, exist_ok=True)
-    tmp = dest_dir / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
+    tmp = dest_dir / f"{DOWNLOAD_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         client.download_artifacts(run_id, f"{CHECKPOINTS}/{name}", str(tmp))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,20 +31,34 @@ log = logging.getLogger(__name__)
 SPOOL_NAME = "mlflow_spool.jsonl"
 
 
+# MLflow reads its HTTP settings from the process-wide environment. A metrics worker thread changes them for
+# its sends; holding this lock meanwhile keeps another thread's MLflow calls (a checkpoint upload) from running
+# with those short settings, and keeps two changes from interleaving.
+_HTTP_ENV_LOCK = threading.RLock()
+
+
 @contextmanager
 def short_http_retries(retries: int = 0, timeout_s: int = 5) -> Iterator[None]:
     """MLflow reads these per request; the defaults (7 retries, 120 s timeout) would stall a step for minutes."""
     wanted = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_s)}
-    saved = {k: os.environ.get(k) for k in wanted}
-    os.environ.update(wanted)
-    try:
+    with _HTTP_ENV_LOCK:
+        saved = {k: os.environ.get(k) for k in wanted}
+        os.environ.update(wanted)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+@contextmanager
+def default_http_retries() -> Iterator[None]:
+    """For MLflow calls that need MLflow's own retries (large uploads): waits for a metrics send in flight."""
+    with _HTTP_ENV_LOCK:
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def last_logged_steps(client, run_id: str, keys=None) -> dict[str, int]:
@@ -166,33 +181,43 @@ class StepMetricLogger:
             self._last[key] = max(step, self._last.get(key, -1))
         self._loaded = True
 
-    def log(self, metrics: dict[str, float], step: int) -> None:
+    def log(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
         """Log the values not yet logged at this step; never raises for an unreachable server."""
-        fresh = {k: float(v) for k, v in metrics.items() if v is not None and step > self._last.get(k, -1)}
+        self.log_steps([(metrics, step, timestamp_ms)])
+
+    def log_steps(self, items: list[tuple[dict[str, float], int, int | None]]) -> None:
+        """Several steps' (metrics, step, timestamp_ms or None for now) in one request, in order."""
+        now = int(time.time() * 1000)
+        fresh = []
+        for metrics, step, ts in items:
+            values = {k: float(v) for k, v in metrics.items() if v is not None and step > self._last.get(k, -1)}
+            if values:
+                self._last.update(dict.fromkeys(values, step))
+                fresh.append((values, step, ts or now))
         if not fresh:
             return
-        self._last.update(dict.fromkeys(fresh, step))
         if self._spooling:
-            self._append(fresh, step)
+            self._append(fresh)
             self._flush()
             return
         try:
             with short_http_retries(*self._http):
-                send_metrics(self._client, self.run_id, [(k, v, step) for k, v in fresh.items()])
+                send_metrics(self._client, self.run_id, [(k, v, step, ts) for values, step, ts in fresh
+                                                         for k, v in values.items()])
         except Exception as err:
             if not is_transient(err):
                 raise
             log.warning("MLflow unreachable (%s); spooling metrics to %s", err, self.spool_dir / SPOOL_NAME)
-            self._append(fresh, step)
+            self._append(fresh)
             self._spooling = True
             self._next_try = time.monotonic() + self.retry_interval_s
 
-    def _append(self, metrics: dict[str, float], step: int) -> None:
+    def _append(self, fresh: list[tuple[dict[str, float], int, int]]) -> None:
         self.spool_dir.mkdir(parents=True, exist_ok=True)
-        ts = int(time.time() * 1000)
         lines = [
             json.dumps({"run_id": self.run_id, "key": k, "value": v, "step": step, "ts": ts}) + "\n"
-            for k, v in metrics.items()
+            for values, step, ts in fresh
+            for k, v in values.items()
         ]
         with (self.spool_dir / SPOOL_NAME).open("a", encoding="utf-8") as f:
             f.write("".join(lines))

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 SERVER_HINT = "mlflow server --host 127.0.0.1 --port 5000 -w 1"
+API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"
 
 # run id -> tracking URI, filled by open_run so calls that only name a run reach the store it lives in.
 _RUN_URIS: dict[str, str] = {}
@@ -59,25 +60,38 @@ def check_tracking_available(uri: str, timeout_s: float = 5) -> None:
 
 
 def _check_server(uri: str, timeout_s: float) -> None:
-    import urllib.error
-    import urllib.request
-
-    url = uri.rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s):
-            return
-    except urllib.error.HTTPError as err:
-        if err.code < 500:  # it answered: reachable (auth or a proxy may reject /health itself)
-            return
-        reason = f"it answered HTTP {err.code} on /health"
-    except OSError as err:  # URLError, refused, timeout
-        reason = f"{getattr(err, 'reason', err)}"
+    """GET /health; a 404 there gets a second chance on the REST API (a gateway may not route /health)."""
+    reason = _probe(uri.rstrip("/") + "/health", timeout_s)
+    if reason == "HTTP 404":
+        reason = _probe(uri.rstrip("/") + API_PROBE, timeout_s)
+        if reason == "HTTP 404":
+            reason = "it answered HTTP 404 on /health and on the tracking API: no MLflow server at this address"
+    if reason is None:
+        return
     raise UserError(
         f"MLflow tracking server {uri} is not reachable ({reason}). Start one with `{SERVER_HINT}` "
         "(and set mlflow_tracking_uri / MLFLOW_TRACKING_URI to its address), or use a local store such as "
         "sqlite:///mlflow.db.",
         title="MLflow is not available",
     )
+
+
+def _probe(url: str, timeout_s: float) -> str | None:
+    """None when an HTTP server answered below 500 (auth may reject the probe itself), else why not."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            return "HTTP 404"
+        if err.code < 500:
+            return None
+        return f"it answered HTTP {err.code} on {url}"
+    except OSError as err:  # URLError, refused, timeout
+        return f"{getattr(err, 'reason', err)}"
 
 
 def is_transient(err: BaseException) -> bool:

@@ -1,0 +1,220 @@
+"""Checkpoints in MLflow: logged from a real training once complete, restored into an empty output_dir, resumed.
+
+Real MLflow (a SQLite store per test, copied from a template whose schema is built once) and the tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from train_helpers import make_config, make_splits
+from transformers import TrainerCallback
+
+from tuneline import tracking
+from tuneline.errors import UserError
+from tuneline.tracking.artifacts import CHECKPOINT_MARKER, logged_checkpoints
+from tuneline.train.checkpoints import is_complete
+from tuneline.train.mlflow_checkpoints import restore_checkpoint_from_mlflow, restore_into_run_file
+from tuneline.train.output_dir import prepare_output_dir, read_run_file, write_run_file
+
+
+def client(uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory) -> Path:
+    """An MLflow SQLite file with its schema: creating one costs 10-20 s here, copying it milliseconds."""
+    db = tmp_path_factory.mktemp("template") / "mlflow.db"
+    client(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def mlflow_run(tmp_path, empty_store, monkeypatch) -> tuple[str, str]:
+    """A run in a fresh store, passed to training the way the launcher does: MLFLOW_RUN_ID + MLFLOW_TRACKING_URI."""
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = tracking.open_run(uri, "checkpoints", "work-key", "ckpt test", {})
+    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri, run_id
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashAt(TrainerCallback):
+    """Stands in for a machine lost mid-training: stops the run after `step` without any clean-up."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise Crash(f"machine lost after step {self.step}")
+
+
+class SaveProbe(TrainerCallback):
+    """Records, at each on_save, whether checkpoint-N is already renamed into place and complete."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_save(self, args, state, control, **kwargs):
+        out, name = Path(args.output_dir), f"checkpoint-{state.global_step}"
+        self.seen.append((state.global_step, is_complete(out / name), (out / ".partial" / name).exists()))
+
+
+def metrics_callback(trainer):
+    from tuneline.train.callbacks import MlflowMetricsCallback
+
+    return next(c for c in trainer.callback_handler.callbacks if isinstance(c, MlflowMetricsCallback))
+
+
+def _weights(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.slow
+def test_real_checkpoints_logged_restored_into_empty_dir_and_resumed_exactly(
+    tiny_model_dir, tokenizer, tmp_path, mlflow_run, monkeypatch
+):
+    from test_trainers import build, logged
+
+    uri, run_id = mlflow_run
+    splits = make_splits(tokenizer, train=24, validation=4)
+    settings = {"max_steps": 6, "save_steps": 2, "mlflow_log_checkpoints": True}
+
+    # machine 1 trains, logs checkpoint-2 and -4 to MLflow, and is lost after step 5
+    first_dir = tmp_path / "machine1"
+    config = make_config(tiny_model_dir, first_dir, **settings)
+    lock, _ = prepare_output_dir(config, "train-key-1", run_id)
+    lock.release()
+    trainer, _ = build(config, "sft", tokenizer, splits)
+    probe = SaveProbe()
+    trainer.add_callback(probe)
+    trainer.add_callback(CrashAt(5))
+    with pytest.raises(Crash):
+        trainer.train()
+    assert metrics_callback(trainer).close() is None  # as run_stage's `finally` does: what was logged is sent
+    assert probe.seen == [(2, True, False), (4, True, False)]  # on_save comes after the rename
+    store = client(uri)
+    assert logged_checkpoints(store, run_id) == [(4, "checkpoint-4"), (2, "checkpoint-2")]
+    marker = store.download_artifacts(run_id, f"checkpoints/checkpoint-4/{CHECKPOINT_MARKER}", str(tmp_path))
+    assert json.loads(Path(marker).read_text()) == {"checkpoint": "checkpoint-4", "train_key": "train-key-1"}
+
+    # machine 2: output_dir does not exist; the launcher's steps, then the hook, then training resumes
+    second_dir = tmp_path / "machine2"
+    config2 = make_config(tiny_model_dir, second_dir, **settings)
+    lock, local = prepare_output_dir(config2, "train-key-1", run_id)
+    try:
+        assert local is None
+        restored = restore_into_run_file(config2)
+    finally:
+        lock.release()
+    assert restored == second_dir / "checkpoint-4"
+    run_file = read_run_file(second_dir)
+    assert run_file["resumed_from"] == str(restored) and run_file["resumed_step"] == 4
+    original = first_dir / "checkpoint-4"
+    assert sorted(p.name for p in restored.iterdir()) == sorted(p.name for p in original.iterdir())
+    for path in original.iterdir():
+        assert (restored / path.name).read_bytes() == path.read_bytes(), path.name
+    assert not any(p.name.startswith(".tmp-") for p in second_dir.iterdir())
+
+    trainer2, _ = build(config2, "sft", tokenizer, splits)
+    steps = SaveProbe()
+    trainer2.add_callback(steps)
+    trainer2.train(resume_from_checkpoint=str(restored))
+    assert trainer2.state.global_step == 6 and steps.seen == [(6, True, False)]  # steps 5-6 only, then saved
+    assert logged_checkpoints(store, run_id)[0] == (6, "checkpoint-6")  # the resumed run keeps logging
+    metrics_callback(trainer2).close()
+
+    # the same training without interruption (and without MLflow) ends with the same weights
+    monkeypatch.delenv("MLFLOW_RUN_ID")
+    reference, _ = build(make_config(tiny_model_dir, tmp_path / "reference", max_steps=6, save_steps=2),
+                         "sft", tokenizer, splits)
+    reference.train()
+    expected, got = _weights(reference.model), _weights(trainer2.model)
+    assert expected.keys() == got.keys()
+    for name, tensor in expected.items():
+        assert (tensor - got[name]).abs().max().item() <= 1e-6, name
+    # one metric history across both machines, each step once, equal to the uninterrupted run's
+    history = tracking.metric_history(uri, run_id, "loss")
+    assert [s for s, _ in history] == [1, 2, 3, 4, 5, 6]
+    assert [v for _, v in history] == pytest.approx(logged(tmp_path / "reference", "loss"), abs=1e-5)
+
+
+def _fake_checkpoint(folder: Path, step: int) -> Path:
+    ckpt = folder / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(os.urandom(32))
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return ckpt
+
+
+def test_restore_takes_the_newest_checkpoint_of_this_train_key(tiny_model_dir, tmp_path, mlflow_run):
+    uri, run_id = mlflow_run
+    logged = tmp_path / "logged"
+    tracking.log_checkpoint(run_id, _fake_checkpoint(logged, 2), train_key="key-1")
+    tracking.log_checkpoint(run_id, _fake_checkpoint(logged, 4), train_key="key-2")  # another configuration
+    partial = _fake_checkpoint(tmp_path / "partial", 6)  # an upload cut short: no completion marker
+    client(uri).log_artifacts(run_id, str(partial), "checkpoints/checkpoint-6")
+
+    out = tmp_path / "out"
+    out.mkdir()
+    write_run_file(out, train_key="key-1")
+    (out / ".tmp-checkpoint-4-dead").mkdir()  # a download killed midway
+    config = make_config(tiny_model_dir, out, mlflow_log_checkpoints=True)
+    assert restore_checkpoint_from_mlflow(config, out) == out / "checkpoint-2"
+    weights = "checkpoint-2/model.safetensors"
+    assert (out / weights).read_bytes() == (logged / weights).read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "run.json"]
+    assert restore_checkpoint_from_mlflow(config, out) is None  # a local checkpoint exists now: nothing to do
+
+    unkeyed = tmp_path / "unkeyed"  # no run.json: the newest complete checkpoint, whatever its key
+    assert restore_checkpoint_from_mlflow(config, unkeyed) == unkeyed / "checkpoint-4"
+
+
+def test_restore_only_when_asked_and_needed(tiny_model_dir, tmp_path, mlflow_run, monkeypatch):
+    _, run_id = mlflow_run
+    out = tmp_path / "out"
+    assert restore_checkpoint_from_mlflow(make_config(tiny_model_dir, out, mlflow_log_checkpoints=True), out) is None
+    assert not out.exists()  # the run logged no checkpoint: nothing created
+
+    tracking.log_checkpoint(run_id, _fake_checkpoint(tmp_path / "logged", 3))
+    off = make_config(tiny_model_dir, out)  # mlflow_log_checkpoints defaults to false
+    assert restore_checkpoint_from_mlflow(off, out) is None
+    explicit = make_config(tiny_model_dir, out, mlflow_log_checkpoints=True,
+                           resume_from_checkpoint=str(tmp_path / "logged/checkpoint-3"))
+    assert restore_checkpoint_from_mlflow(explicit, out) is None
+    asked = make_config(tiny_model_dir, out, mlflow_log_checkpoints=True)
+    monkeypatch.delenv("MLFLOW_RUN_ID")
+    assert restore_checkpoint_from_mlflow(asked, out) is None
+    assert not out.exists()
+    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    assert restore_checkpoint_from_mlflow(asked, out) == out / "checkpoint-3"
+
+
+def test_restore_with_the_store_unreachable_fails_fast_and_clearly(tiny_model_dir, tmp_path, mlflow_run, monkeypatch):
+    _, run_id = mlflow_run
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    out = tmp_path / "out"
+    start = time.monotonic()
+    with pytest.raises(UserError) as err:
+        restore_checkpoint_from_mlflow(make_config(tiny_model_dir, out, mlflow_log_checkpoints=True), out)
+    assert time.monotonic() - start < 5
+    message = str(err.value)
+    assert run_id in message and str(out) in message and "mlflow_log_checkpoints: false" in message
