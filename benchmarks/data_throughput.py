@@ -4,6 +4,10 @@ Writes a synthetic alpaca file (~50k rows, some with input, history and system),
 (`preprocessing_num_workers` 1 and 2) and a warm run (the cache hit, and loading the saved DatasetDict), and
 prints examples/s and tokens/s. For reference it also times tokenization alone done the way LLaMA-Factory's
 template does it (one tokenizer call per text piece). Figures only: nothing here is asserted.
+
+With `--llamafactory-python PY` (an interpreter where `import llamafactory` works, e.g. a separate venv with
+llamafactory 0.9.5: its pins clash with tuneline's), LLaMA-Factory's own `get_dataset` builds the same file with
+the same tokenizer and template for each worker count, and the two results are compared row by row.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import json
 import random
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +46,9 @@ def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
 def write_data(root: Path, rows: list[dict]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     (root / "bench.json").write_text(json.dumps(rows))
-    entry = {"file_name": "bench.json", "columns": {"history": "history", "system": "system"}}
+    columns = {"prompt": "instruction", "query": "input", "response": "output", "history": "history",
+               "system": "system"}
+    entry = {"file_name": "bench.json", "columns": columns}
     (root / "dataset_info.json").write_text(json.dumps({"bench": entry}))
 
 
@@ -101,12 +108,68 @@ def time_per_piece_tokenization(model: str, rows: list[dict], template_name: str
     return {"seconds": seconds, "examples_per_s": len(rows) / seconds, "tokens_per_s": tokens / seconds}
 
 
+LLAMAFACTORY_BUILD = """
+import os, sys, time, json
+workers, model, data, out, template = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
+os.environ["DISABLE_VERSION_CHECK"] = "1"
+import datasets, transformers, torch  # imports paid before timing, as for tuneline
+from llamafactory.hparams import get_train_args
+from llamafactory.model import load_tokenizer
+from llamafactory.data import get_template_and_fix_tokenizer, get_dataset
+args = dict(stage="sft", model_name_or_path=model, do_train=True, dataset="bench", dataset_dir=data,
+            template=template, cutoff_len=1024, preprocessing_num_workers=workers if workers > 1 else None,
+            output_dir=out + "/o", overwrite_cache=True, finetuning_type="lora", report_to="none",
+            tokenized_path=out + f"/tok-{workers}")
+start = time.perf_counter()
+model_args, data_args, training_args, _, _ = get_train_args(args)
+tokenizer_module = load_tokenizer(model_args)
+template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+try:
+    get_dataset(template, model_args, data_args, training_args, "sft", **tokenizer_module)
+except SystemExit:  # it exits after saving to tokenized_path
+    pass
+print(json.dumps({"seconds": time.perf_counter() - start, "path": out + f"/tok-{workers}"}))
+"""
+
+
+def time_llamafactory(python: str, work: Path, model: str, workers: int, template: str) -> dict:
+    out = work / "llamafactory"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    done = subprocess.run([python, "-c", LLAMAFACTORY_BUILD, str(workers), model, str(work / "data"), str(out),
+                           template], capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    from datasets import load_from_disk
+
+    train = load_from_disk(result["path"])["train"]
+    tokens = sum(len(ids) for ids in train["input_ids"])
+    return {**result, "rows": len(train), "tokens": tokens, "examples_per_s": len(train) / result["seconds"],
+            "tokens_per_s": tokens / result["seconds"], "train": train}
+
+
+def same_rows(ours, theirs) -> bool:
+    return all(list(ours[c]) == list(theirs[c]) for c in ("input_ids", "labels"))
+
+
+def compare_with_llamafactory(python: str, work: Path, model: str, template: str) -> None:
+    from tuneline.data import build_dataset, load_processed
+
+    ours = load_processed(build_dataset(make_config(work, model, 1, template)))["train"]
+    for workers in (1, 2):
+        r = time_llamafactory(python, work, model, workers, template)
+        print(f"LLaMA-Factory cold build, workers={workers}: {r['seconds']:.2f} s, {r['examples_per_s']:.0f} "
+              f"examples/s, {r['tokens_per_s']:.0f} tokens/s ({r['rows']} rows, {r['tokens']} tokens); "
+              f"same input_ids and labels as tuneline: {same_rows(ours, r['train'])}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--model", help="tokenizer folder; default: a freshly built tiny model")
     parser.add_argument("--template", default="auto")
     parser.add_argument("--workdir", help="keep files here instead of a temporary folder")
+    parser.add_argument("--llamafactory-python", help="interpreter with llamafactory installed, for a side-by-side")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-bench-"))
     import datasets  # noqa: F401  (imports paid before timing, as in a flow's worker)
@@ -130,6 +193,8 @@ def main() -> None:
     p = time_per_piece_tokenization(model, rows, args.template)
     print(f"reference, tokenization only with one tokenizer call per piece: {p['seconds']:.2f} s, "
           f"{p['examples_per_s']:.0f} examples/s, {p['tokens_per_s']:.0f} tokens/s")
+    if args.llamafactory_python:
+        compare_with_llamafactory(args.llamafactory_python, work, model, args.template)
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
 

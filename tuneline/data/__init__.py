@@ -3,7 +3,7 @@
 Importing this package is cheap: heavy libraries load only inside the functions that need them.
 """
 
-from tuneline.data.build import build_dataset, load_processed
+from tuneline.data.build import build_dataset, load_processed, with_lengths
 from tuneline.data.cache_key import PROCESSING_VERSION, dataset_fingerprint
 from tuneline.data.collators import build_collator
 from tuneline.data.preview import preview
@@ -11,5 +11,5 @@ from tuneline.data.templates import TEMPLATES, Template, get_template
 
 __all__ = [
     "PROCESSING_VERSION", "TEMPLATES", "Template", "build_collator", "build_dataset", "dataset_fingerprint",
-    "get_template", "load_processed", "preview",
+    "get_template", "load_processed", "preview", "with_lengths",
 ]

@@ -5,6 +5,10 @@
 inputs only fingerprints and reads the entry's marker. A `tokenized_path` holding an entry built from other
 inputs is an error that lists what changed, never silently reused. Entries are written to a temporary folder
 and renamed when whole, so a crash leaves nothing half-written behind.
+
+Bad rows are found in two passes: row checks while reading (missing column, wrong type, ...), which stop the build
+before anything is tokenized, then checks that need token counts (a preference prompt that fills `cutoff_len`).
+With `on_bad_rows: skip` both kinds are dropped and counted per reason in the reference's `bad_rows`.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from typing import Any
 
 from tuneline.config.run_config import RunConfig
 from tuneline.data.cache_key import describe_changes, effective_packing, fingerprint_inputs, seed_of
-from tuneline.data.loader import handle_bad_rows, load_examples, mix
-from tuneline.data.processors import Encoder
+from tuneline.data.loader import bad_row_error, handle_bad_rows, load_examples, mix
+from tuneline.data.processors import CHECK_COLUMNS, Encoder
+from tuneline.data.readers import BadRow
 from tuneline.errors import DataError
 from tuneline.fingerprint import fingerprint
 from tuneline.step_cache import cached_step, read_reference
@@ -57,14 +62,33 @@ def check_tokenized_path(location: Path, key: str, inputs: dict[str, Any]) -> No
                     "Set overwrite_cache: true to rebuild it, or point tokenized_path elsewhere")
 
 
-def _encode(config: RunConfig, dataset, tokenizer, template):
+def _encode(config: RunConfig, dataset, tokenizer, template) -> tuple[Any, list[BadRow]]:
+    """The encoded dataset without the rows tokenization showed to be unusable, and those rows."""
     data = config.data
     encoder = Encoder(tokenizer, template, config.stage, data.cutoff_len, data.train_on_prompt, data.mask_history,
                       effective_packing(config))
     workers = data.preprocessing_num_workers if (data.preprocessing_num_workers or 1) > 1 else None
-    return dataset.map(encoder, batched=True, batch_size=data.preprocessing_batch_size, num_proc=workers,
-                       remove_columns=dataset.column_names, load_from_cache_file=False,
-                       desc=f"encoding for {config.stage}")
+    encoded = dataset.map(encoder, batched=True, batch_size=data.preprocessing_batch_size, num_proc=workers,
+                          remove_columns=dataset.column_names, load_from_cache_file=False,
+                          desc=f"encoding for {config.stage}")
+    return drop_problem_rows(encoded)
+
+
+def drop_problem_rows(encoded) -> tuple[Any, list[BadRow]]:
+    """Split off rows whose `_problem` is set (see processors.CHECK_COLUMNS) as bad rows."""
+    if "_problem" not in encoded.column_names:
+        return encoded, []
+    problems = encoded.data.column("_problem").to_pylist()
+    bad_indices = [i for i, problem in enumerate(problems) if problem]
+    bad = []
+    if bad_indices:
+        where = encoded.select(bad_indices).select_columns(list(CHECK_COLUMNS)).to_list()
+        for row in where:
+            reason, _, detail = row["_problem"].partition(": ")
+            bad.append(BadRow(row["_file"], row["_row"], reason, detail=detail))
+        dropped = set(bad_indices)
+        encoded = encoded.select([i for i in range(len(encoded)) if i not in dropped])
+    return encoded.remove_columns(list(CHECK_COLUMNS)), bad
 
 
 def _split(config: RunConfig, train, evaluation):
@@ -90,13 +114,19 @@ def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str,
     train_loaded = load_examples(config, config.dataset_names)
     eval_loaded = load_examples(config, config.eval_dataset_names) if config.eval_dataset_names else None
     bad = train_loaded.bad + (eval_loaded.bad if eval_loaded else [])
-    bad_counts = handle_bad_rows(bad, config.data.on_bad_rows)
+    if bad and config.data.on_bad_rows != "skip":  # row checks stop before anything is tokenized
+        raise bad_row_error(bad)
     tokenizer = load_tokenizer(config.model)
     template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system)
-    train = _encode(config, mix(config, train_loaded), tokenizer, template)
-    if len(train) == 0:
-        raise DataError(f"dataset {config.data.dataset} is empty after encoding for stage '{config.stage}'")
-    evaluation = _encode(config, mix(config, eval_loaded), tokenizer, template) if eval_loaded else None
+    train, train_bad = _encode(config, mix(config, train_loaded), tokenizer, template)
+    evaluation, eval_bad = None, []
+    if eval_loaded:
+        evaluation, eval_bad = _encode(config, mix(config, eval_loaded), tokenizer, template)
+    bad_counts = handle_bad_rows(bad + train_bad + eval_bad, config.data.on_bad_rows)
+    for what, split in (("dataset", train), ("eval_dataset", evaluation)):
+        if split is not None and len(split) == 0:
+            raise DataError(f"{what} {getattr(config.data, what)} is empty after encoding for stage "
+                            f"'{config.stage}' (bad rows dropped: {bad_counts or 'none'})")
     splits = _split(config, train, evaluation)
     splits.save_to_disk(str(folder))
     (folder / INPUTS_FILE).write_text(json.dumps(inputs, sort_keys=True, default=str))
@@ -117,6 +147,23 @@ def count_tokens(dataset) -> int:
             lengths = pc.take(lengths, dataset._indices.column(0))
         total += pc.sum(lengths).as_py() or 0
     return int(total)
+
+
+def with_lengths(dataset, column: str = "length"):
+    """The split with a `length` column (longest ids column per row) for `group_by_length`: transformers infers
+    lengths only from `input_ids`, row by row, and fails on pairwise data that has none."""
+    import pyarrow.compute as pc
+
+    columns = [c for c in dataset.column_names if c.endswith("input_ids")]
+    if not columns or column in dataset.column_names:
+        return dataset
+    lengths = None
+    for name in columns:
+        values = pc.list_value_length(dataset.data.column(name))
+        if dataset._indices is not None:
+            values = pc.take(values, dataset._indices.column(0))
+        lengths = values if lengths is None else pc.max_element_wise(lengths, values)
+    return dataset.add_column(column, lengths.to_pylist())
 
 
 def load_processed(ref_or_path: dict[str, Any] | str | Path):

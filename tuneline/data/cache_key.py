@@ -16,11 +16,12 @@ from tuneline.data.registry import DatasetAttr, dataset_attrs
 from tuneline.fingerprint import FileHasher, fingerprint
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
-PROCESSING_VERSION = "1"
+PROCESSING_VERSION = "2"
 MEMO_DIR = "file-hashes"
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
     "interleave_probs", "default_system", "tool_format", "preprocessing_batch_size", "on_bad_rows",
+    "preprocessing_num_workers",  # workers shard the rows, so pt blocks and kto's mismatched pairs move
 )
 
 

@@ -55,7 +55,8 @@ class Collator:
                 for f in features:
                     values = list(f[column])
                     gap = length - len(values)
-                    fill = list(range(gap)) if column == "position_ids" else [_pad_value(column, self.pad_token_id)] * gap
+                    pad = _pad_value(column, self.pad_token_id)
+                    fill = list(range(gap)) if column == "position_ids" else [pad] * gap
                     rows.append(fill + values if left else values + fill)
                 batch[column] = torch.tensor(rows, dtype=torch.long)
         if "kto_tags" in features[0]:

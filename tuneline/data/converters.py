@@ -1,8 +1,9 @@
 """Rows in alpaca or sharegpt format -> one standard example, or the reason the row is bad.
 
 A standard example is `{"_prompt": [messages], "_response": [messages], "_system": str, "_tools": str,
-"_kto_tag": bool | None}` with messages `{"role": user|assistant|observation|function, "content": str}`.
-For pairwise data `_response` is [chosen, rejected]; for kto it is the one answer and `_kto_tag` its label.
+"_kto_tag": bool | None, "_file": str, "_row": int}` with messages `{"role": user|assistant|observation|function,
+"content": str}`. For pairwise data `_response` is [chosen, rejected]; for kto it is the one answer and `_kto_tag`
+its label. `_file`/`_row` say where the row came from, for checks that can only run after tokenization.
 Every check names the column, so a bad row can be reported as file + row + column + problem.
 """
 
@@ -37,6 +38,18 @@ def check_stage(attr: DatasetAttr, stage: str) -> None:
         raise DataError(f"dataset '{attr.name}': a ranking entry needs columns 'chosen' and 'rejected'")
     if stage == "kto" and not attr.kto_tag:
         raise DataError(f"dataset '{attr.name}': stage 'kto' needs a boolean label column: set columns.kto_tag")
+    needed = NEEDED_COLUMNS.get((attr.formatting, "pairwise" if pairwise else stage), ())
+    missing = [key for key in needed if not getattr(attr, key)]
+    if missing:
+        raise DataError(f"dataset '{attr.name}': stage '{stage}' needs columns {missing} in its dataset_info.json "
+                        "entry (an entry that lists 'columns' uses only those it lists, as in LLaMA-Factory)")
+
+
+NEEDED_COLUMNS = {  # (formatting, stage) -> columns an entry must name; pairwise stages check chosen/rejected above
+    ("alpaca", "sft"): ("response",), ("alpaca", "kto"): ("response",),
+    ("sharegpt", "sft"): ("messages",), ("sharegpt", "kto"): ("messages",), ("sharegpt", "pairwise"): ("messages",),
+    ("sharegpt", "ppo"): ("messages",), ("sharegpt", "pt"): ("messages",),
+}
 
 
 def convert_rows(attr: DatasetAttr, rows: list[Row], stage: str) -> tuple[list[dict], list[BadRow]]:
@@ -44,9 +57,12 @@ def convert_rows(attr: DatasetAttr, rows: list[Row], stage: str) -> tuple[list[d
     examples, bad = [], []
     for row in rows:
         try:
-            examples.append(convert(attr, row.data, stage))
+            example = convert(attr, row.data, stage)
         except _Bad as exc:
             bad.append(BadRow(row.file, row.row, exc.reason, exc.column, exc.detail))
+            continue
+        example.update(_file=row.file, _row=row.row)
+        examples.append(example)
     return examples, bad
 
 
@@ -58,7 +74,9 @@ def _value(data: dict, column: str | None, types: tuple, required: bool = False)
             raise _Bad("missing column", column, f"the row has no '{column}' (it has {sorted(data)[:8]})")
         return None
     value = data[column]
-    if value is None and not required:
+    if value is None:  # JSON null, or a CSV row with too few fields
+        if required:
+            raise _Bad("missing column", column, f"'{column}' is null")
         return None
     if not isinstance(value, types):
         names = "/".join(t.__name__ for t in types)
@@ -88,6 +106,13 @@ def _msg(role: str, content: str) -> dict:
     return {"role": role, "content": content}
 
 
+def _distinct_pair(attr: DatasetAttr, chosen: dict, rejected: dict) -> list[dict]:
+    """[chosen, rejected]; a pair whose answers are the same text teaches nothing and is a bad row."""
+    if chosen["content"].strip() == rejected["content"].strip():
+        raise _Bad("chosen equals rejected", attr.rejected, f"both answers are {chosen['content'][:40]!r}")
+    return [chosen, rejected]
+
+
 # --- alpaca
 def _alpaca_history(attr: DatasetAttr, data: dict) -> list[dict]:
     history = _value(data, attr.history, (list,))
@@ -108,7 +133,8 @@ def convert_alpaca(attr: DatasetAttr, data: dict, stage: str) -> dict:
     prompt = _alpaca_history(attr, data) + [_msg("user", user)]
     response: list[dict] = []
     if stage in ("rm", "dpo"):
-        response = [_msg("assistant", _text(data, attr.chosen)), _msg("assistant", _text(data, attr.rejected))]
+        chosen, rejected = _text(data, attr.chosen), _text(data, attr.rejected)
+        response = _distinct_pair(attr, _msg("assistant", chosen), _msg("assistant", rejected))
     elif stage in ("sft", "kto"):
         response = [_msg("assistant", _text(data, attr.response))]
     elif stage == "ppo":
@@ -172,7 +198,8 @@ def convert_sharegpt(attr: DatasetAttr, data: dict, stage: str) -> dict:
     if stage in ("rm", "dpo"):
         if ends_with_answer:
             raise _Bad("roles out of order", attr.messages, "a ranking conversation must end with a user turn")
-        prompt, response = messages, [_pair_answer(attr, data, attr.chosen), _pair_answer(attr, data, attr.rejected)]
+        chosen, rejected = _pair_answer(attr, data, attr.chosen), _pair_answer(attr, data, attr.rejected)
+        prompt, response = messages, _distinct_pair(attr, chosen, rejected)
     elif ends_with_answer:
         prompt, response = messages[:-1], messages[-1:]
         if stage in ("sft", "kto") and not response[0]["content"].strip():

@@ -48,7 +48,7 @@ def load_examples(config: RunConfig, names: list[str]) -> Loaded:
     data, out = config.data, Loaded()
     for attr in dataset_attrs(names, data.dataset_dir):
         check_stage(attr, config.stage)
-        rows, bad = read_rows(attr, data.dataset_dir)
+        rows, bad = read_rows(attr, data.dataset_dir, config.model.cache_dir)
         rows = sample_rows(rows, attr.num_samples, data.max_samples, seed_of(config))
         examples, bad_converted = convert_rows(attr, rows, config.stage)
         out.per_dataset.append(examples)

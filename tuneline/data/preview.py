@@ -37,6 +37,8 @@ def render_example(tokenizer, stage: str, row: dict, number: int) -> list[str]:
         if labels is not None:
             lines.append(f"{labels_column}: {labels}")
         lines.append(f"text: {marked_text(tokenizer, ids, labels)}")
+    if row.get("_problem"):
+        lines.append(f"bad row (dropped with on_bad_rows: skip, else an error): {row['_problem']}")
     if "kto_tags" in row:
         lines.append(f"kto_tag: {row['kto_tags']}")
     if "position_ids" in row:

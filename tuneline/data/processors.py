@@ -4,6 +4,10 @@
 `STAGE_COLUMNS`). Truncation follows LLaMA-Factory: when a prompt and its answer exceed the budget, the
 budget is split between them (`split_budget`), answer first when it is short, prompt first when that is
 short, otherwise in proportion. Labels are -100 on every token the loss must ignore.
+
+Preference stages (rm, dpo, kto) also emit `CHECK_COLUMNS`: `_problem` is "" for a usable row, or why the row
+cannot be trained (its prompt alone fills `cutoff_len`, leaving no room for a response), with `_file`/`_row`
+passed through so the build step can report and drop it like any other bad row.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneline.data.packing import pack_examples
-from tuneline.data.templates import Template
+from tuneline.data.templates import Template, batch_ids
 
 IGNORE = -100
 
@@ -24,6 +28,8 @@ STAGE_COLUMNS = {
     "ppo": ("input_ids", "attention_mask"),
 }
 STAGE_COLUMNS["dpo"] = STAGE_COLUMNS["rm"]
+CHECK_COLUMNS = ("_problem", "_file", "_row")
+NO_ROOM = "prompt too long"
 
 
 def split_budget(prompt_len: int, answer_len: int, budget: int) -> tuple[int, int]:
@@ -68,6 +74,13 @@ class Encoder:
         keep_p, keep_a = split_budget(len(prompt), len(answer), self.cutoff_len)
         return prompt[:keep_p], answer[:keep_a]
 
+    def room_problem(self, prompt_len: int, answer_keep: int) -> str:
+        """Why a preference row has no room for a response within cutoff_len ("" when it has)."""
+        if prompt_len < self.cutoff_len and answer_keep > 0:
+            return ""
+        return (f"{NO_ROOM}: the prompt is {prompt_len} tokens, cutoff_len {self.cutoff_len} leaves no room "
+                "for a response")
+
     def supervised(self, message_ids: list[list[int]]) -> tuple[list[int], list[int]]:
         """ids and labels of a multi-turn conversation, truncated turn by turn within cutoff_len."""
         turns = [(message_ids[i], message_ids[i + 1]) for i in range(0, len(message_ids), 2)]
@@ -104,20 +117,28 @@ def encode_sft(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
             "labels": [p[1] for p in pairs]}
 
 
+def _with_checks(out: dict[str, list], batch: dict[str, list], problems: list[str]) -> dict[str, list]:
+    count = len(problems)
+    out.update(_problem=problems, _file=batch.get("_file", [""] * count), _row=batch.get("_row", [0] * count))
+    return out
+
+
 def encode_pairwise(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     chosen = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[:1] for r in batch["_response"]]))
     rejected = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[1:2] for r in batch["_response"]]))
     out: dict[str, list] = {c: [] for c in STAGE_COLUMNS["rm"]}
+    problems = []
     for c_ids, r_ids in zip(chosen, rejected, strict=True):
         prompt = [t for ids in c_ids[:-1] for t in ids]
         answers = {"chosen": c_ids[-1] + enc.eos(), "rejected": r_ids[-1] + enc.eos()}
         keep_p, keep_a = split_budget(len(prompt), max(map(len, answers.values())), enc.cutoff_len)
+        problems.append(enc.room_problem(len(prompt), keep_a))
         for side, answer in answers.items():
             ids = prompt[:keep_p] + answer[:keep_a]
             out[f"{side}_input_ids"].append(ids)
             out[f"{side}_attention_mask"].append([1] * len(ids))
             out[f"{side}_labels"].append([IGNORE] * keep_p + answer[:keep_a])
-    return out
+    return _with_checks(out, batch, problems)
 
 
 def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
@@ -127,14 +148,18 @@ def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     own = enc.template.encode_many(enc.tokenizer, enc.conversations(batch))
     other = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, mismatched))
     out: dict[str, list] = {c: [] for c in STAGE_COLUMNS["kto"]}
+    problems = []
     for ids, kl_ids, tag in zip(own, other, batch["_kto_tag"], strict=True):
+        prompt_len = sum(len(m) for m in ids[:-1])
         for prefix, message_ids in (("", ids), ("kl_", kl_ids)):
             prompt, answer = enc.prompt_answer(message_ids)
+            if not prefix:
+                problems.append(enc.room_problem(prompt_len, len(answer)))
             out[f"{prefix}input_ids"].append(prompt + answer)
             out[f"{prefix}attention_mask"].append([1] * (len(prompt) + len(answer)))
             out[f"{prefix}labels"].append([IGNORE] * len(prompt) + answer)
         out["kto_tags"].append(bool(tag))
-    return out
+    return _with_checks(out, batch, problems)
 
 
 def encode_ppo(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
@@ -150,7 +175,7 @@ def encode_pt(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     tok = enc.tokenizer
     eos_text = enc.template.pt_eos if enc.template.pt_eos in tok.get_vocab() else tok.eos_token
     texts = [prompt[0]["content"] + (eos_text or "") for prompt in batch["_prompt"]]
-    docs = tok(texts, add_special_tokens=False)["input_ids"]
+    docs = batch_ids(tok, texts)
     bos = [tok.bos_token_id] if getattr(tok, "add_bos_token", False) and tok.bos_token_id is not None else []
     if enc.packing:
         stream = [t for doc in docs for t in doc]

@@ -56,14 +56,18 @@ def data_files(path: Path) -> list[Path]:
     return files
 
 
-def read_rows(attr: DatasetAttr, dataset_dir: str | Path) -> tuple[list[Row], list[BadRow]]:
-    if attr.source == "hf_hub" and not attr.path(dataset_dir).exists():
-        return _read_hub(attr), []
+def read_rows(attr: DatasetAttr, dataset_dir: str | Path,
+              cache_dir: str | None = None) -> tuple[list[Row], list[BadRow]]:
+    """Rows and bad rows of one registered dataset. `hf_hub_url` goes through `datasets.load_dataset` (a hub
+    id, or a local dataset repository folder, where `subset` and `split` pick the part), except a folder
+    written by `save_to_disk`, which is loaded as saved."""
     path = attr.path(dataset_dir)
-    if not path.exists():
-        raise DataError(f"dataset '{attr.name}': file '{path}' does not exist")
     if is_saved_dataset(path):
         return _read_saved(attr, path), []
+    if attr.source == "hf_hub":
+        return _read_hub(attr, str(path) if path.exists() else attr.location, cache_dir), []
+    if not path.exists():
+        raise DataError(f"dataset '{attr.name}': file '{path}' does not exist")
     rows, bad = [], []
     for file in data_files(path):
         reader = READERS.get(file.suffix)
@@ -178,11 +182,12 @@ def _read_saved(attr: DatasetAttr, path: Path) -> list[Row]:
     return _rows_of(data, str(path))
 
 
-def _read_hub(attr: DatasetAttr) -> list[Row]:
+def _read_hub(attr: DatasetAttr, location: str, cache_dir: str | None) -> list[Row]:
     from datasets import load_dataset
 
     try:
-        data = load_dataset(attr.location, name=attr.subset, split=attr.split, revision=attr.revision)
+        data = load_dataset(location, name=attr.subset, split=attr.split, revision=attr.revision, cache_dir=cache_dir)
     except Exception as exc:  # network, missing repo, bad split: the user fixes the entry or the connection
-        raise DataError(f"dataset '{attr.name}': cannot load hub dataset '{attr.location}': {exc}") from None
-    return _rows_of(data, attr.location)
+        raise DataError(f"dataset '{attr.name}': cannot load hub dataset '{location}' (subset {attr.subset!r}, "
+                        f"split {attr.split!r}): {exc}") from None
+    return _rows_of(data, location)

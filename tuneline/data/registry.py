@@ -1,5 +1,8 @@
 """dataset_info.json: LLaMA-Factory's dataset registry, read into `DatasetAttr` with its defaults.
 
+As in LLaMA-Factory, the column defaults (instruction/input/output, conversations) hold only for an entry
+without "columns"; an entry that lists columns uses exactly those. Unlisted sharegpt tags keep their defaults.
+
 Fast and free of heavy imports: the fingerprint reads it on every run.
 """
 
@@ -101,8 +104,8 @@ def parse_entry(name: str, entry: Any) -> DatasetAttr:
         extra = " (ms_hub_url/script_url are not supported)" if {"ms_hub_url", "script_url"} & set(entry) else ""
         raise DataError(f"dataset '{name}': needs 'file_name' or 'hf_hub_url'{extra}")
     source = "hf_hub" if "hf_hub_url" in entry else "file"
-    attr = DatasetAttr(name=name, source=source, location=str(entry["hf_hub_url" if source == "hf_hub" else "file_name"]),
-                       entry=entry)
+    location = str(entry["hf_hub_url" if source == "hf_hub" else "file_name"])
+    attr = DatasetAttr(name=name, source=source, location=location, entry=entry)
     problems = []
     for key in ("formatting", "ranking", "subset", "split", "revision", "num_samples"):
         if entry.get(key) is not None:
@@ -114,6 +117,9 @@ def parse_entry(name: str, entry: Any) -> DatasetAttr:
         if not isinstance(mapping, dict):
             problems.append(f"dataset '{name}': '{group}' must be a JSON object")
             continue
+        if group == "columns" and group in entry:  # as in LLaMA-Factory: listing columns unsets the unlisted ones
+            for key in COLUMN_KEYS:
+                setattr(attr, key, None)
         for key, value in mapping.items():
             if key not in keys:
                 problems.append(f"dataset '{name}': unknown {group} key '{key}'{did_you_mean(key, keys)}")

@@ -41,7 +41,8 @@ def _default_tools(tools: str) -> str:
     lines = []
     for spec in specs:
         params = json.dumps(spec.get("parameters", {}), ensure_ascii=False)
-        lines.append(f"> Tool: {spec.get('name', '')}\n  Purpose: {spec.get('description', '')}\n  Arguments: {params}")
+        lines.append(f"> Tool: {spec.get('name', '')}\n  Purpose: {spec.get('description', '')}\n"
+                     f"  Arguments: {params}")
     names = ", ".join(str(s.get("name", "")) for s in specs)
     return (
         "\n\nTools you may call:\n" + "\n".join(lines) +

@@ -44,7 +44,9 @@ CHANGES = [
     {"template": "default"}, {"cutoff_len": 64}, {"train_on_prompt": True}, {"mask_history": True},
     {"packing": True}, {"val_size": 0.2}, {"max_samples": 5}, {"dataset": "a,b"},
     {"dataset": "a,b", "mix_strategy": "interleave_under"}, {"seed": 7}, {"default_system": "S"},
-    {"tool_format": "qwen"}, {"stage": "ppo", "reward_model": "rm"}, {"eval_dataset": "b"}, {"preprocessing_batch_size": 10},
+    {"tool_format": "qwen"}, {"stage": "ppo", "reward_model": "rm"}, {"eval_dataset": "b"},
+    {"preprocessing_batch_size": 10},
+    {"preprocessing_num_workers": 2},
 ]
 
 
@@ -52,6 +54,14 @@ CHANGES = [
 def test_every_option_changes_the_fingerprint(data_dir, make_config, change):
     base = {"dataset": "a"}
     assert dataset_fingerprint(make_config(**base)) != dataset_fingerprint(make_config(**{**base, **change}))
+
+
+def test_processing_version_changes_the_fingerprint(data_dir, make_config, monkeypatch):
+    from tuneline.data import cache_key
+
+    before = dataset_fingerprint(make_config(dataset="a"))
+    monkeypatch.setattr(cache_key, "PROCESSING_VERSION", cache_key.PROCESSING_VERSION + "-next")
+    assert dataset_fingerprint(make_config(dataset="a")) != before
 
 
 def test_data_entry_and_tokenizer_changes_miss(data_dir, tmp_path, make_config, char_tokenizer_dir):
@@ -101,6 +111,8 @@ def test_nothing_written_when_rows_are_bad(data_dir, tmp_path, make_config):
     assert not step.exists() or not any(step.iterdir())
     ref = build_dataset(make_config(dataset="bad", on_bad_rows="skip"))
     assert ref["bad_rows"] == {"empty response": 1} and ref["train_rows"] == 3
+    hit = build_dataset(make_config(dataset="bad", on_bad_rows="skip"))
+    assert hit["cache_hit"] is True and hit["bad_rows"] == {"empty response": 1}  # the run can record them
 
 
 def test_empty_after_filtering(data_dir, make_config):
@@ -141,3 +153,70 @@ def test_fingerprint_imports_no_heavy_library(data_dir, tmp_path, char_tokenizer
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+PAIR_ENTRY = {"ranking": True, "columns": {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}}
+
+
+@pytest.mark.parametrize("stage", ["dpo", "rm", "kto"])
+def test_prompts_that_fill_cutoff_len_are_bad_rows(tmp_path, make_config, stage):
+    """Found only after tokenization; reported with file and row, dropped and counted with skip."""
+    long_prompt = "p" * 40  # the empty template: 40 prompt tokens, cutoff_len 32
+    if stage == "kto":
+        rows = [{"instruction": q, "output": "a", "label": i % 2 == 0} for i, q in enumerate(["q", long_prompt, "q"])]
+        entry = {"columns": {"prompt": "instruction", "response": "output", "kto_tag": "label"}}
+    else:
+        rows = [{"instruction": q, "chosen": "yes", "rejected": "no"} for q in ["q", long_prompt, "q", "bad"]]
+        rows[3]["rejected"] = "yes"  # a row check (chosen equals rejected) as well
+        entry = PAIR_ENTRY
+    path = write_dataset(tmp_path / "data", "p", rows, entry)
+    config = {"dataset": "p", "stage": stage, "cutoff_len": 32}
+    if stage != "kto":
+        with pytest.raises(DataError, match=f"{path}: row 4, column 'rejected': chosen equals rejected"):
+            build_dataset(make_config(**config))
+        write_dataset(tmp_path / "data", "p", rows[:3], entry)
+    with pytest.raises(DataError, match=f"{path}: row 2: prompt too long: the prompt is 40 tokens, cutoff_len 32"):
+        build_dataset(make_config(**config))
+    step = tmp_path / "cache" / "build-dataset"
+    assert not step.exists() or not any(step.iterdir())
+    ref = build_dataset(make_config(**config, on_bad_rows="skip"))
+    assert ref["bad_rows"] == {"prompt too long": 1} and ref["train_rows"] == 2
+    train = load_processed(ref)["train"]
+    assert not any(c.startswith("_") for c in train.column_names)
+    ids_column = "input_ids" if stage == "kto" else "chosen_input_ids"
+    assert all(len(row) < 32 for row in train[ids_column])
+
+
+def test_empty_after_dropping_prompts_that_are_too_long(tmp_path, make_config):
+    write_dataset(tmp_path / "data", "p", [{"instruction": "p" * 40, "chosen": "y", "rejected": "n"}], PAIR_ENTRY)
+    with pytest.raises(DataError, match=r"empty after encoding .*prompt too long': 1"):
+        build_dataset(make_config(dataset="p", stage="dpo", cutoff_len=32, on_bad_rows="skip"))
+
+
+def test_interleave_probs_must_match_the_datasets(data_dir, make_config):
+    from tuneline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs 2 numbers"):
+        build_dataset(make_config(dataset="a,b", mix_strategy="interleave_under", interleave_probs="0.2,0.3,0.5"))
+
+
+def test_with_lengths_gives_group_by_length_the_longest_side(tmp_path, make_config):
+    from tuneline.data import with_lengths
+
+    rows = [{"instruction": "q", "chosen": "a" * n, "rejected": "b" * (9 - n)} for n in (1, 5, 8)]
+    write_dataset(tmp_path / "data", "p", rows, PAIR_ENTRY)
+    train = load_processed(build_dataset(make_config(dataset="p", stage="dpo", template="empty")))["train"]
+    lengths = with_lengths(train)["length"]
+    assert list(lengths) == [1 + 8, 1 + 5, 1 + 8]  # "q" plus the longer answer
+    assert list(with_lengths(train.select([1, 0]))["length"]) == [6, 9]  # a view over selected rows
+
+
+def test_preview_flags_rows_that_training_would_drop(tmp_path, make_config):
+    from tuneline.data import preview
+
+    rows = [{"instruction": "q", "chosen": "yes", "rejected": "no"},
+            {"instruction": "p" * 40, "chosen": "yes", "rejected": "no"}]
+    write_dataset(tmp_path / "data", "p", rows, PAIR_ENTRY)
+    text = preview(make_config(dataset="p", stage="dpo", cutoff_len=32), n=2)
+    assert "--- example 2 (dpo)" in text and text.count("bad row") == 1
+    assert "prompt too long: the prompt is 40 tokens" in text.split("--- example 2")[1]

@@ -59,7 +59,8 @@ def test_mistral_fuses_system_into_first_user_turn(char_tokenizer):
 def test_tools_function_call_and_observation_in_qwen(char_tokenizer):
     template = get_template("qwen", char_tokenizer)
     tools = '[{"name": "add", "description": "sum", "parameters": {"type": "object"}}]'
-    msgs = [{"role": "user", "content": "1+1?"}, {"role": "function", "content": '{"name": "add", "arguments": {"a": 1}}'},
+    msgs = [{"role": "user", "content": "1+1?"},
+            {"role": "function", "content": '{"name": "add", "arguments": {"a": 1}}'},
             {"role": "observation", "content": "2"}, {"role": "assistant", "content": "2"}]
     pairs = template.encode_multiturn(char_tokenizer, msgs, system="S", tools=tools)
     system_text = char_tokenizer.decode(pairs[0][0])
@@ -97,7 +98,8 @@ def test_auto_template_matches_the_tokenizers_chat_template(tokenizer_name, char
     messages = [{"role": "system", "content": "Be brief."}, *CHAT]
     prompt, answer = template.encode_oneturn(tok, messages[1:], system="Be brief.")
     assert prompt + answer == _chat_template_ids(tok, messages)
-    prompt, _ = template.encode_oneturn(tok, messages[1:4] + [{"role": "assistant", "content": ""}], system="Be brief.")
+    open_turn = messages[1:4] + [{"role": "assistant", "content": ""}]
+    prompt, _ = template.encode_oneturn(tok, open_turn, system="Be brief.")
     assert prompt == _chat_template_ids(tok, messages[:4], add_generation_prompt=True)
 
 
@@ -105,8 +107,27 @@ def test_auto_template_matches_the_tokenizers_chat_template(tokenizer_name, char
 def test_turn_by_turn_equals_whole(name, char_tokenizer):
     template = get_template(name, char_tokenizer)
     whole = [t for pair in template.encode_multiturn(char_tokenizer, CHAT, system="S") for part in pair for t in part]
-    first = [t for pair in template.encode_multiturn(char_tokenizer, CHAT[:2], system="S") for part in pair for t in part]
+    first_pairs = template.encode_multiturn(char_tokenizer, CHAT[:2], system="S")
+    first = [t for pair in first_pairs for part in pair for t in part]
     second = template.encode_multiturn(char_tokenizer, CHAT, system="S")[1]
     assert whole == first + second[0] + second[1]
     prompt, answer = template.encode_oneturn(char_tokenizer, CHAT, system="S")
     assert prompt + answer == whole
+
+
+@pytest.mark.parametrize("tokenizer_name", ["char", "tiny"])
+def test_batch_ids_equal_the_tokenizers_own_call(tokenizer_name, char_tokenizer, tiny_model_dir):
+    """The direct Rust-backend path gives what `tokenizer(...)` gives, and falls back when truncation is set."""
+    from transformers import AutoTokenizer
+
+    from tuneline.data.templates import batch_ids
+
+    tok = char_tokenizer if tokenizer_name == "char" else AutoTokenizer.from_pretrained(tiny_model_dir)
+    texts = ["Hello there, 12 + 30 = 42!", "<s>keep</s> specials", " \n", "caf\u00e9 \u4f60\u597d"]
+    expected = tok(texts, add_special_tokens=False)["input_ids"]
+    assert batch_ids(tok, texts) == expected
+    tok._tokenizer.enable_truncation(3)
+    try:
+        assert batch_ids(tok, texts) == expected  # the wrapper resets truncation on its own calls
+    finally:
+        tok._tokenizer.no_truncation()
