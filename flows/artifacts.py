@@ -14,6 +14,11 @@ def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _bad_rows(dataset: dict) -> str:
+    bad = dataset.get("bad_rows") or {}
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(bad.items())) or "none"
+
+
 def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval: dict, tuned_eval: dict,
                           plots: list[str]) -> None:
     base, tuned = base_eval.get("metrics", {}), tuned_eval.get("metrics", {})
@@ -26,6 +31,7 @@ def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval
         f"# {config.run_name}\n\n| | |\n|---|---|\n| stage | {config.stage} |\n"
         f"| finetuning | {config.finetuning.finetuning_type} |\n| model | {config.model.model_name_or_path} |\n"
         f"| dataset | {config.data.dataset} (`{dataset['fingerprint'][:12]}`, {dataset.get('train_rows')} rows) |\n"
+        f"| rows dropped | {_bad_rows(dataset)} |\n"
         f"| MLflow run | {link} |\n\n## Evaluation\n\n| metric | base | tuned |\n|---|---|---|\n{table}\n"
     )
     create_markdown_artifact(summary, key="run-summary", description="what ran and how it scored")

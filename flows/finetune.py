@@ -38,6 +38,7 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
 
     tokenizer = step["load_tokenizer"](config)
     dataset = step["build_dataset"](config, tokenizer)
+    record.record_dataset(run, dataset)
     reference = step["build_reference_model"](config, dataset)
     trained = step["train"](config, dataset, reference, run)
     base_eval = step["evaluate"].with_options(task_run_name="evaluate base")(config, dataset)

@@ -73,6 +73,7 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     steps = [m.step for m in losses]
     assert steps and steps == sorted(set(steps)), "train loss logged once per logging step, by global step"
     assert run.data.metrics["final_eval_loss"] < run.data.metrics["base_eval_loss"]
+    assert run.data.metrics["data_train_rows"] == 256 and run.data.metrics["data_tokens"] > 0
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"model", "plots", "README.md", "tuneline_config.yaml", "trainer_log.jsonl"} <= artifacts
     assert (root / "out" / "README.md").is_file() and (root / "out" / "training_loss.png").is_file()

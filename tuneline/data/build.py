@@ -36,7 +36,7 @@ def build_dataset(config: RunConfig) -> dict[str, Any]:
     inputs = fingerprint_inputs(config)
     key = fingerprint(inputs)
     location = config.data.tokenized_path
-    refresh = config.data.overwrite_cache
+    refresh = config.data.overwrite_cache or config.pipeline.refresh_cache
     if location and not refresh:
         check_tokenized_path(Path(location), key, inputs)
     ref = cached_step(config.pipeline.pipeline_cache_dir, STEP, key, lambda folder: _build(config, folder, inputs),

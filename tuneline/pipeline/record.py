@@ -81,6 +81,21 @@ def record_training(run: dict, config: RunConfig, trained: dict) -> None:
         tracking.log_and_register_model(run_id, model_dir, None, {}, loading_recipe(config), tracking_uri=uri)
 
 
+def dataset_facts(dataset: dict) -> dict[str, float]:
+    """Row, token and dropped-row counts of the built dataset, as numbers runs can be compared on."""
+    facts = {f"data_{k}": dataset[k] for k in ("train_rows", "eval_rows", "tokens") if dataset.get(k) is not None}
+    bad = dataset.get("bad_rows") or {}
+    facts.update({f"data_bad_rows_{reason.replace(' ', '_')}": count for reason, count in bad.items()})
+    return {k: float(v) for k, v in facts.items() if isinstance(v, (int, float))}
+
+
+def record_dataset(run: dict, dataset: dict) -> None:
+    uri, run_id = run["tracking_uri"], run["run_id"]
+    fresh = {k: v for k, v in dataset_facts(dataset).items() if k not in tracking.get_run_metrics(uri, run_id)}
+    if fresh:
+        tracking.log_metrics(run_id, fresh, step=0, tracking_uri=uri)
+
+
 def record_plots(run: dict, paths: list[str]) -> None:
     for path in paths:
         tracking.log_artifacts(run["run_id"], path, "plots", tracking_uri=run["tracking_uri"])
