@@ -47,6 +47,21 @@ class TunelineTrainer(Trainer):
             self.optimizer = build_custom_optimizer(self.model, self.args, self.finetuning_args)
         return super().create_optimizer(model) if model is not None else super().create_optimizer()
 
+    def _run_epoch(self, *args, **kwargs):
+        """Train nothing when resumed at or past the last step: transformers would skip the batches already seen
+        and then run one step too many (checkpoint-N+1) before it checks max_steps. Training then ends as usual
+        (best model loaded when asked, callbacks told) on the checkpoint's weights."""
+        if self.state.max_steps and self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Drop the meaningless train_loss (0.0) of a train() call that ran no step."""
+        if "train_loss" in logs and self.state.global_step == getattr(self, "_initial_global_step", None):
+            logs.pop("train_loss")
+        super().log(logs, start_time)
+
     def _get_output_dir(self, trial) -> str:
         return self._staging if self._staging is not None else super()._get_output_dir(trial)
 
@@ -107,6 +122,11 @@ def build_trainer(config, spec: StageSpec, model, tokenizer, datasets, collator,
 
     args = args or build_training_args(config)
     train, evals = split_of(datasets, "train"), split_of(datasets, "validation")
+    if args.train_sampling_strategy == "group_by_length":  # lengths read in one arrow pass, not row by row
+        from tuneline.data import with_lengths
+
+        train, evals = (with_lengths(split, args.length_column_name) if split is not None else None
+                        for split in (train, evals))
     if args.do_train and train is None:
         raise ConfigError("the training split is empty: check 'dataset', 'max_samples' and 'val_size'")
     if evals is None and args.eval_strategy != "no":

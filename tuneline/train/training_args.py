@@ -74,6 +74,10 @@ def build_training_args(config, **overrides: Any):
     kwargs = device_defaults(translate_training_keys(config.training), config)
     if config.finetuning.early_stopping_steps:
         kwargs.setdefault("metric_for_best_model", "eval_loss")
+        if kwargs.get("eval_strategy", "no") == "no":  # transformers would fail an assert once the model is loaded
+            raise ConfigError(f"'early_stopping_steps: {config.finetuning.early_stopping_steps}' counts evaluations "
+                              "without improvement, but none run: set 'eval_strategy: steps' (with 'eval_steps') or "
+                              "'eval_strategy: epoch'", source=config.source)
     if config.finetuning.disable_shuffling:
         kwargs.setdefault("train_sampling_strategy", "sequential")
     kwargs.update(overrides)

@@ -103,3 +103,34 @@ def test_second_trainer_gets_an_error_naming_the_lock_holder(tmp_path):
         except LockHeld:
             assert time.time() < deadline
             time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_resume_from_the_last_step_trains_no_extra_step(tiny_model_dir, tokenizer, tmp_path):
+    """A relaunch that finds checkpoint-<max_steps> ends there: no step max_steps+1, the same final weights."""
+    from safetensors.torch import load_file
+    from test_trainers import build
+
+    from tuneline.train.trainer_base import train_and_evaluate
+
+    out = tmp_path / "out"
+    splits = make_splits(tokenizer, train=24, validation=4)  # 6 steps an epoch: step 4 is mid-epoch
+    config = make_config(tiny_model_dir, out, max_steps=4, save_steps=2)
+    trainer, spec = build(config, "sft", tokenizer, splits)
+    train_and_evaluate(trainer, config, spec, tokenizer)
+    first_log = (out / "trainer_log.jsonl").read_text()
+    config.training["resume_from_checkpoint"] = str(out / "checkpoint-4")
+    trainer, spec = build(config, "sft", tokenizer, splits)
+    metrics = train_and_evaluate(trainer, config, spec, tokenizer)
+    assert trainer.state.global_step == 4
+    assert [p.name for p in complete_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
+    checkpoint, final = load_file(str(out / "checkpoint-4" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert all(torch_equal(checkpoint[name], final[name]) for name in checkpoint)
+    records = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
+    assert max(r["current_steps"] for r in records) == 4 and not any(r.get("train_loss") == 0.0 for r in records)
+    assert (out / "trainer_log.jsonl").read_text().startswith(first_log)
+    assert "train_loss" not in metrics and "eval_loss" in metrics  # nothing trained, but evaluated as at the end
+
+
+def torch_equal(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from train_helpers import make_config, write_config
@@ -71,13 +72,24 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, sft_re
     assert f"checkpoint-{run['resumed_step']}" in run["resumed_from"]
 
     expected, got = step_losses(reference_dir), step_losses(killed_dir)
-    assert sorted(got) == list(range(1, 11))  # each step logged once, however often it ran
-    for step in expected:
+    assert sorted(expected) == sorted(got) == list(range(1, 11))  # each step logged once, however often it ran
+    for step in range(killed_at, 11):
         assert got[step] == pytest.approx(expected[step], abs=1e-6), step
-    ref_weights, resumed_weights = adapter_weights(reference_dir), adapter_weights(killed_dir)
-    assert ref_weights.keys() == resumed_weights.keys()
-    for name, tensor in ref_weights.items():
-        assert (tensor - resumed_weights[name]).abs().max().item() <= 1e-6, name
+    assert_same_weights(adapter_weights(reference_dir), adapter_weights(killed_dir))
+
+    # launched again, it finds checkpoint-10 (= max_steps, mid-epoch) and must not train a step 11
+    again = subprocess.run(train_cmd(killed_cfg, sft_ref["path"]), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    run = read_run_file(killed_dir)
+    assert run["status"] == "complete" and run["resumed_step"] == 10 and run["global_step"] == 10
+    assert max(step_losses(killed_dir)) == 10 and checkpoint_step(complete_checkpoints(killed_dir)[-1]) == 10
+    assert_same_weights(adapter_weights(reference_dir), adapter_weights(killed_dir))
+
+
+def assert_same_weights(expected: dict, got: dict) -> None:
+    assert expected.keys() == got.keys()
+    for name, tensor in expected.items():
+        assert (tensor - got[name]).abs().max().item() <= 1e-6, name
 
 
 def test_user_errors_exit_2_with_one_message_that_the_launcher_carries(tiny_model_dir, sft_ref, tmp_path):
@@ -94,3 +106,57 @@ def test_user_errors_exit_2_with_one_message_that_the_launcher_carries(tiny_mode
     assert err.value.returncode == 2
     assert "overwrite_output_dir" in str(err.value) and "Traceback" not in str(err.value)
     assert any("tuneline: error:" in line for line in lines)
+
+
+def test_two_cpu_processes_follow_the_one_process_loss_curve(tiny_model_dir, sft_ref, tmp_path):
+    """Data parallel over gloo (2 processes x batch 2) against 1 process x batch 4: the same global batches, so the
+    same losses. Started by the launcher's own `accelerate launch` command (ACCELERATE_USE_CPU + --multi_gpu)."""
+    from tuneline.config import load_config
+    from tuneline.train.launch import launch_command, run_streaming
+
+    settings = {**RESUME_SETTINGS, "finetuning_type": "full", "lora_dropout": 0.0, "max_steps": 4,
+                "save_steps": 100, "learning_rate": 5e-3, "lr_scheduler_type": "constant", "warmup_steps": 0}
+    one_dir, two_dir = tmp_path / "one", tmp_path / "two"
+    one_cfg = write_config(tmp_path / "one.yaml", tiny_model_dir, one_dir, **settings)
+    two_cfg = write_config(tmp_path / "two.yaml", tiny_model_dir, two_dir,
+                           **{**settings, "per_device_train_batch_size": 2, "num_processes": 2})
+    cmd = launch_command(load_config(two_cfg, check_paths=False), two_cfg, sft_ref["path"])
+    assert cmd[:2] == ["env", "ACCELERATE_USE_CPU=true"] and "--multi_gpu" in cmd
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    single = subprocess.Popen(train_cmd(one_cfg, sft_ref["path"]), env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    lines: list[str] = []
+    run_streaming(cmd, env, lines.append)
+    assert single.wait() == 0
+    state = json.loads((two_dir / "trainer_state.json").read_text())
+    assert state["train_batch_size"] == 2  # per process: the 4 rows a step came from two processes
+    one, two = step_losses(one_dir), step_losses(two_dir)
+    assert log_records(two_dir)[-1]["total_tokens"] == log_records(one_dir)[-1]["total_tokens"]
+    assert sorted(one) == sorted(two) == [1, 2, 3, 4]
+    for step in one:
+        assert two[step] == pytest.approx(one[step], rel=1e-4), step
+    assert len(set(one.values())) == 4  # the weights moved between steps, so the later steps compare training
+    assert read_run_file(two_dir)["status"] == "complete"
+
+
+def test_launch_command_uses_the_shipped_accelerate_and_deepspeed_configs(tiny_model_dir, tmp_path, monkeypatch):
+    import yaml
+    from train_helpers import REPO_ROOT as repo
+
+    from tuneline.train.launch import launch_command
+    from tuneline.train.training_args import translate_training_keys
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a 2-GPU machine, without needing one (no torch call)
+    fsdp = f"{repo}/examples/accelerate/fsdp_config.yaml"
+    config = make_config(tiny_model_dir, tmp_path / "out", accelerate_config=fsdp, num_processes=2)
+    cmd = launch_command(config, tmp_path / "c.yaml")
+    assert cmd[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert cmd[cmd.index("--config_file") + 1] == fsdp and cmd[cmd.index("--num_processes") + 1] == "2"
+    assert yaml.safe_load(Path(fsdp).read_text())["distributed_type"] == "FSDP"
+    plain = launch_command(make_config(tiny_model_dir, tmp_path / "out"), tmp_path / "c.yaml")
+    assert "--multi_gpu" in plain and plain[plain.index("--num_processes") + 1] == "2" and "env" not in plain
+    for name, stage in (("ds_z2_config", 2), ("ds_z3_config", 3), ("ds_z3_offload_config", 3)):
+        path = f"{repo}/examples/deepspeed/{name}.json"
+        assert json.loads(Path(path).read_text())["zero_optimization"]["stage"] == stage
+        config = make_config(tiny_model_dir, tmp_path / "out", deepspeed=path)
+        assert translate_training_keys(config.training)["deepspeed"] == path  # reaches TrainingArguments as is

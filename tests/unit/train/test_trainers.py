@@ -115,3 +115,66 @@ def test_rm_pairwise_loss_falls_and_reports_accuracy(tiny_model_dir, tokenizer, 
               for k, v in batch.items()}
     with torch.no_grad():
         assert torch.allclose(pair_scores(trainer.model, padded)[0], chosen, atol=1e-5)
+
+
+def test_group_by_length_samples_pairs_by_their_longer_side(tiny_model_dir, tokenizer, tmp_path):
+    """Pairwise rows have no `input_ids` column, from which transformers would read lengths: the trainer adds them."""
+    config = make_config(tiny_model_dir, tmp_path / "out", stage="rm", dataset="demo_pref", group_by_length=True)
+    trainer, _ = build(config, "rm", tokenizer)
+    rows = trainer.train_dataset
+    sides = zip(rows["chosen_input_ids"], rows["rejected_input_ids"], strict=True)
+    assert rows["length"] == [max(len(chosen), len(rejected)) for chosen, rejected in sides]
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert batch["chosen_input_ids"].shape[0] == 4 and "length" not in batch
+
+
+@pytest.mark.slow
+def test_early_stopping_ends_at_the_best_checkpoint(tiny_model_dir, tokenizer, tmp_path):
+    """A learning rate that wrecks the model: evaluation stops improving, training stops, the best step is kept."""
+    from safetensors.torch import load_file
+
+    from tuneline.train.checkpoints import complete_checkpoints
+
+    out = tmp_path / "out"
+    config = make_config(tiny_model_dir, out, max_steps=12, learning_rate=0.3, eval_strategy="steps", eval_steps=1,
+                         save_steps=1, early_stopping_steps=2, load_best_model_at_end=True, eval_dataset="demo_sft_eval")
+    trainer, _ = run(config, "sft", tokenizer)
+    records = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
+    evals = [(r["current_steps"], r["eval_loss"]) for r in records if "eval_loss" in r]
+    assert trainer.state.global_step < 12  # stopped early
+    best_step = min(evals[:-1], key=lambda e: e[1])[0]  # the last record is the final evaluation
+    best = out / f"checkpoint-{best_step}"
+    assert trainer.state.best_model_checkpoint == str(best) and best in complete_checkpoints(out)
+    final, kept = load_file(str(out / "model.safetensors")), load_file(str(best / "model.safetensors"))
+    assert all(bool((final[k] == kept[k]).all()) for k in kept)
+    last = complete_checkpoints(out)[-1]
+    assert last != best and any(bool((final[k] != v).any()) for k, v in load_file(str(last / "model.safetensors")).items())
+
+
+def test_early_stopping_without_evaluations_is_a_config_error(tiny_model_dir, tmp_path):
+    from tuneline.errors import ConfigError
+    from tuneline.train.training_args import build_training_args
+
+    with pytest.raises(ConfigError, match="early_stopping_steps: 3.*eval_strategy: steps"):
+        build_training_args(make_config(tiny_model_dir, tmp_path / "out", early_stopping_steps=3))
+
+
+@pytest.mark.slow
+def test_neftune_noise_reaches_training_only(tiny_model_dir, tokenizer, tmp_path):
+    """neftune_noise_alpha passes through to transformers: noisy embeddings change the first training loss."""
+    import torch
+
+    losses, outputs = {}, {}
+    for alpha in (None, 5.0):
+        out = tmp_path / f"alpha-{alpha}"
+        noise = {"neftune_noise_alpha": alpha} if alpha else {}
+        config = make_config(tiny_model_dir, out, max_steps=1, learning_rate=1e-9, **noise)
+        trainer, _ = run(config, "sft", tokenizer)
+        assert trainer.args.neftune_noise_alpha == alpha
+        losses[alpha] = logged(out)[0]
+        batch = trainer.data_collator([trainer.eval_dataset[i] for i in range(2)])
+        trainer.model.train()  # after training the hook is gone: no noise even in train mode
+        with torch.no_grad():
+            outputs[alpha] = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert abs(losses[5.0] - losses[None]) > 1e-4
+    assert torch.allclose(outputs[5.0], outputs[None], atol=1e-4)
