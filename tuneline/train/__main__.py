@@ -68,7 +68,15 @@ def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
     lock = None
     if is_main:
         key = os.environ.get("TUNELINE_TRAIN_KEY") or train_key(config, dataset_ref)
-        lock, _ = prepare_output_dir(config, key, os.environ.get("MLFLOW_RUN_ID"))
+        lock, resume = prepare_output_dir(config, key, os.environ.get("MLFLOW_RUN_ID"))
+        if resume is None:
+            from tuneline.train.mlflow_checkpoints import restore_into_run_file
+
+            try:
+                restore_into_run_file(config)  # empty output_dir: fetch the run's last checkpoint from MLflow
+            except BaseException:
+                lock.release()
+                raise
     wait_for_everyone()
     resumed = (read_run_file(config.output_dir) or {}).get("resumed_from")
     config.training["resume_from_checkpoint"] = resumed

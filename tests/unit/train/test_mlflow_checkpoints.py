@@ -20,7 +20,7 @@ from tuneline import tracking
 from tuneline.errors import UserError
 from tuneline.tracking.artifacts import CHECKPOINT_MARKER, logged_checkpoints
 from tuneline.train.checkpoints import is_complete
-from tuneline.train.mlflow_checkpoints import restore_checkpoint_from_mlflow, restore_into_run_file
+from tuneline.train.mlflow_checkpoints import restore_checkpoint_from_mlflow
 from tuneline.train.output_dir import prepare_output_dir, read_run_file, write_run_file
 
 
@@ -113,15 +113,15 @@ def test_real_checkpoints_logged_restored_into_empty_dir_and_resumed_exactly(
     marker = store.download_artifacts(run_id, f"checkpoints/checkpoint-4/{CHECKPOINT_MARKER}", str(tmp_path))
     assert json.loads(Path(marker).read_text()) == {"checkpoint": "checkpoint-4", "train_key": "train-key-1"}
 
-    # machine 2: output_dir does not exist; the launcher's steps, then the hook, then training resumes
+    # machine 2: output_dir does not exist; the entry point's own preparation restores from MLflow
+    from tuneline.train.__main__ import prepare
+
     second_dir = tmp_path / "machine2"
     config2 = make_config(tiny_model_dir, second_dir, **settings)
-    lock, local = prepare_output_dir(config2, "train-key-1", run_id)
-    try:
-        assert local is None
-        restored = restore_into_run_file(config2)
-    finally:
-        lock.release()
+    monkeypatch.setenv("TUNELINE_TRAIN_KEY", "train-key-1")
+    lock = prepare(config2, {"path": "unused"}, True, lambda: None)
+    lock.release()
+    restored = Path(config2.training["resume_from_checkpoint"])
     assert restored == second_dir / "checkpoint-4"
     run_file = read_run_file(second_dir)
     assert run_file["resumed_from"] == str(restored) and run_file["resumed_step"] == 4
