@@ -36,7 +36,9 @@ def error_lines(tail: list[str]) -> list[str]:
 
     for i in range(len(tail) - 1, -1, -1):
         if ERROR_PREFIX in tail[i]:
-            return tail[i:i + 12]
+            message = tail[i:i + 12]
+            ends = [n for n, line in enumerate(message) if line.startswith("Traceback")]
+            return message[:ends[0]] if ends else message  # not the launcher's own traceback after it
     starts = [i for i, line in enumerate(tail) if line.startswith("Traceback")]
     return tail[starts[-1]:] if starts else tail[-15:]
 

@@ -107,6 +107,14 @@ def test_user_errors_exit_2_with_one_message_that_the_launcher_carries(tiny_mode
     assert "overwrite_output_dir" in str(err.value) and "Traceback" not in str(err.value)
     assert any("tuneline: error:" in line for line in lines)
 
+    # through `accelerate launch`, whose own traceback follows the child's message: the message alone is kept
+    from tuneline.config import load_config
+    from tuneline.train.launch import launch_command
+
+    with pytest.raises(TrainingFailed) as err:
+        run_streaming(launch_command(load_config(cfg, check_paths=False), cfg, sft_ref["path"]), None, lines.append)
+    assert "overwrite_output_dir" in str(err.value) and "Traceback" not in str(err.value)
+
 
 def test_two_cpu_processes_follow_the_one_process_loss_curve(tiny_model_dir, sft_ref, tmp_path):
     """Data parallel over gloo (2 processes x batch 2) against 1 process x batch 4: the same global batches, so the
