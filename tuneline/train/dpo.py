@@ -1,6 +1,6 @@
 """`stage: dpo` -- pairwise preference tuning: sigmoid (DPO), hinge, ipo, orpo, simpo.
 
-Run through the flow (`tuneline run examples/dpo_lora.yaml`) or alone in a training process
+Run through the flow (`tuneline train examples/dpo_lora_demo.yaml`) or alone in a training process
 (`accelerate launch -m tuneline.train <config>`), which calls `run` below.
 
 Why our own `Trainer` subclass rather than trl's `DPOTrainer`: trl 1.16 tokenizes prompts itself

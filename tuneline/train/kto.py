@@ -1,6 +1,6 @@
 """`stage: kto` -- preference tuning from single completions marked desirable or undesirable (`kto_tag`).
 
-Run through the flow (`tuneline run examples/kto_lora.yaml`) or in a training process
+Run through the flow (`tuneline train examples/kto_lora_demo.yaml`) or in a training process
 (`accelerate launch -m tuneline.train <config>`), which calls `run` below.
 
 Each row carries its own completion and a mismatched one (the `kl_*` columns, another row's completion after

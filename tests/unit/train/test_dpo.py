@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import partial
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from tuneline.config import load_config
 from tuneline.data import build_dataset, load_processed
 from tuneline.model import load_model, load_tokenizer
 from tuneline.reference import build_reference_logps, load_reference_model
+from tuneline.step_cache import cached_step
 from tuneline.train.dpo import DPOTrainer
 from tuneline.train.trainer_base import StageSpec, build_trainer
 
@@ -90,25 +92,44 @@ def read_log(output_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
 
 
+def evaluated_on_train_pairs(ref: dict, folder: Path) -> dict:
+    """The stored dataset with its train split also as the eval split, so evaluation before and after training
+    measures what DPO optimises. (Held-out pairs barely move on the randomly initialised tiny model: it has no
+    language to generalise from, so held-out accuracy hovers at 0.55-0.7 and would make a flaky test.)"""
+    from datasets import DatasetDict
+
+    train = load_processed(ref)["train"]
+    return cached_step(folder, "test", "train-as-eval",
+                       lambda out: DatasetDict({"train": train, "validation": train}).save_to_disk(str(out)) or {})
+
+
 @pytest.mark.slow
 def test_lora_dpo_raises_reward_accuracy_with_precomputed_reference(tmp_path, tiny_model_dir, cache_dir):
     from tuneline.train.dpo import run
 
-    config = make_config(tmp_path, tiny_model_dir, cache_dir, max_steps=30, learning_rate=5e-3, pref_beta=0.5,
-                         eval_strategy="steps", eval_steps=30, max_samples=128, eval_on_start=True)
+    config = make_config(tmp_path, tiny_model_dir, cache_dir, max_steps=24, learning_rate=5e-3, pref_beta=0.5,
+                         lr_scheduler_type="constant", max_samples=40, val_size=8, logging_steps=8,
+                         eval_strategy="steps", eval_steps=24, eval_on_start=True)
     ref = build_reference_logps(config, build_dataset(config))
-    result = run(config, ref, [])
+    assert ref["rows"] == {"train": 32, "validation": 8}
+    result = run(config, evaluated_on_train_pairs(ref, tmp_path / "eval-data"), [])
     log = read_log(config.output_dir)
     train_log = [e for e in log if "rewards/accuracies" in e]
-    train = [e["rewards/accuracies"] for e in train_log]
-    assert len(train) == 6
-    assert sum(train[-3:]) / 3 > sum(train[:2]) / 2 + 0.2, train
     evals = [e for e in log if "eval_rewards/accuracies" in e]
-    assert evals[0]["current_steps"] == 0 and evals[0]["eval_rewards/accuracies"] == 0.0  # policy == reference
-    assert evals[-1]["eval_rewards/accuracies"] >= 0.75
+    assert [e["current_steps"] for e in evals] == [0, 24, 24]  # on start, at eval_steps, the final evaluate()
+    before, after = evals[0], evals[-1]
+    # Before training the policy is its reference: zero rewards, no pair ranked right, loss log 2.
+    assert before["eval_rewards/accuracies"] == 0.0 and abs(before["eval_rewards/margins"]) < 1e-6
+    assert before["eval_loss"] == pytest.approx(math.log(2), abs=1e-4)
+    assert after["eval_rewards/accuracies"] >= 0.9, evals
+    assert after["eval_loss"] < 0.4 and after["eval_rewards/margins"] > 1.0, evals
+    assert after["eval_rewards/chosen"] > after["eval_rewards/rejected"]
+    accuracies = [e["rewards/accuracies"] for e in train_log]
+    assert len(accuracies) == 3 and accuracies[-1] >= accuracies[0] + 0.3, accuracies
+    assert train_log[-1]["loss"] < train_log[0]["loss"] - 0.3
     for name in ("rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"):
-        assert name in train_log[0] and f"eval_{name}" in evals[0]
-    assert result["metrics"]["eval_rewards/accuracies"] == evals[-1]["eval_rewards/accuracies"]
+        assert name in train_log[0] and f"eval_{name}" in before
+    assert result["metrics"]["eval_rewards/accuracies"] == after["eval_rewards/accuracies"]
 
 
 @pytest.mark.slow

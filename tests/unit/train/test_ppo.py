@@ -1,0 +1,200 @@
+"""ppo stage: PPO's arithmetic against hand computations, the reward model's loading and its config errors, the
+direction of one PPO update, and a short run that logs, checkpoints, resumes and saves."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tuneline.config import load_config
+from tuneline.errors import ConfigError
+from tuneline.train import ppo_core
+
+DATA = Path(__file__).resolve().parents[3] / "data"
+
+
+def t(rows):
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def test_gae_by_hand_and_zero_outside_the_answer():
+    # Row: one prompt position (mask 0), then three answer tokens; score 1 on the last one.
+    rewards, values, mask = t([[0.0, 0.0, 0.0, 1.0]]), t([[9.0, 0.5, 0.2, 0.1]]), t([[0, 1, 1, 1]])
+    advantages, returns = ppo_core.gae(rewards, values, mask, gamma=1.0, lam=0.95)
+    a3 = 1.0 - 0.1                     # delta at the last token: r + 0 - v
+    a2 = (0.0 + 0.1 - 0.2) + 0.95 * a3
+    a1 = (0.0 + 0.2 - 0.5) + 0.95 * a2
+    assert advantages[0].tolist() == pytest.approx([0.0, a1, a2, a3])
+    assert returns[0].tolist() == pytest.approx([0.0, a1 + 0.5, a2 + 0.2, a3 + 0.1])
+
+
+def test_token_rewards_put_the_score_on_the_last_answer_token():
+    logps, ref_logps = t([[-1.0, -2.0, -1.0, -3.0]]), t([[-1.0, -2.5, -1.5, -3.0]])
+    mask = t([[0, 1, 1, 0]])  # answer at positions 1-2, padding after
+    rewards, kl = ppo_core.token_rewards(t([2.0]), logps, ref_logps, mask, kl_coef=0.1)
+    assert kl[0].tolist() == pytest.approx([0.0, 0.5, 0.5, 0.0])
+    assert rewards[0].tolist() == pytest.approx([0.0, -0.05, 2.0 - 0.05, 0.0])
+
+
+def test_clipped_policy_loss():
+    old, new = t([[0.0, 0.0]]), t([[0.5, 0.5]])  # ratio e^0.5 = 1.6487 on both tokens
+    mask = t([[1, 1]])
+    loss, clipfrac = ppo_core.policy_loss(new, old, t([[1.0, -1.0]]), mask, clip=0.2)
+    ratio = math.exp(0.5)
+    # A = +1: max(-r, -1.2) = -1.2 (clipped); A = -1: max(r, 1.2) = r (not clipped)
+    assert loss.item() == pytest.approx((-1.2 + ratio) / 2)
+    assert clipfrac.item() == pytest.approx(0.5)
+
+
+def test_clipped_value_loss():
+    values, old, returns, mask = t([[1.0, 0.0]]), t([[0.0, 0.0]]), t([[2.0, 1.0]]), t([[1, 1]])
+    loss = ppo_core.value_loss(values, old, returns, mask, clip=0.2)
+    # token 0: max((1-2)^2, (0.2-2)^2) = 3.24 ; token 1: max(1, 1) = 1
+    assert loss.item() == pytest.approx(0.5 * (3.24 + 1.0) / 2)
+
+
+def test_adaptive_kl_moves_towards_the_target():
+    high = ppo_core.AdaptiveKL(coef=0.2, target=6.0, horizon=10000)
+    assert high.update(kl=12.0, n_steps=8) == pytest.approx(0.2 * (1 + 0.2 * 8 / 10000))  # error clipped to 0.2
+    low = ppo_core.AdaptiveKL(coef=0.2, target=6.0, horizon=10000)
+    assert low.update(kl=5.4, n_steps=10) == pytest.approx(0.2 * (1 - 0.1 * 10 / 10000))
+    fixed = ppo_core.AdaptiveKL(coef=0.2, target=None)
+    assert fixed.update(kl=100.0, n_steps=8) == 0.2
+
+
+def test_response_mask_stops_after_the_first_eos():
+    mask = ppo_core.response_mask(torch.tensor([[5, 3, 7, 3], [5, 6, 7, 8]]), eos_token_id=3)
+    assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+
+
+def test_masked_whiten():
+    values, mask = t([[1.0, 3.0, 100.0]]), t([[1, 1, 0]])
+    out = ppo_core.masked_whiten(values, mask)
+    assert out[0].tolist() == pytest.approx([-1.0, 1.0, 0.0], abs=1e-6)
+
+
+def make_config(model_dir, output_dir, cache_dir, **overrides):
+    values = {"model_name_or_path": str(model_dir), "dataset_dir": str(DATA), "cutoff_len": 64,
+              "pipeline_cache_dir": str(cache_dir), "output_dir": str(output_dir), "finetuning_type": "lora",
+              "seed": 0, "disable_tqdm": True, "save_strategy": "no", "lr_scheduler_type": "constant", **overrides}
+    return load_config(overrides=values)
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """A LoRA reward model trained briefly by the rm stage on the demo pairs."""
+    from tuneline.data import build_dataset
+    from tuneline.train.rm import run
+
+    root = tmp_path_factory.mktemp("rm")
+    config = make_config(tiny_model_dir, root / "rm", root / "cache", stage="rm", dataset="demo_pref",
+                         max_samples=128, per_device_train_batch_size=8, learning_rate=5e-3, max_steps=24,
+                         logging_steps=8, eval_strategy="no")
+    run(config, build_dataset(config), [])
+    return root / "rm"
+
+
+def ppo_config(tiny_model_dir, reward_model_dir, tmp_path, **overrides):
+    values = {"stage": "ppo", "dataset": "demo_sft", "max_samples": 40, "val_size": 8, "reward_model":
+              str(reward_model_dir), "reward_model_type": "lora", "per_device_train_batch_size": 4,
+              "per_device_eval_batch_size": 8, "learning_rate": 3e-3, "max_steps": 3, "logging_steps": 1,
+              "max_new_tokens": 4, "ppo_epochs": 1, **overrides}
+    return make_config(tiny_model_dir, tmp_path / "ppo", tmp_path / "cache", **values)
+
+
+def test_reward_model_loads_as_the_rm_stage_trained_it(tiny_model_dir, reward_model_dir, tmp_path):
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.ppo_models import load_reward_model
+    from tuneline.train.rm import pair_scores
+
+    config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path)
+    tokenizer = load_tokenizer(config.model)
+    reward = load_reward_model(config, tokenizer)
+    rm_config = make_config(tiny_model_dir, tmp_path / "x", tmp_path / "cache", stage="rm", dataset="demo_pref",
+                            max_samples=16, adapter_name_or_path=str(reward_model_dir))
+    unmerged = load_model(rm_config, tokenizer, is_trainable=False, add_valuehead=True)
+    pairs = load_processed(build_dataset(rm_config))["train"]
+    batch = build_collator("rm", tokenizer)([pairs[i] for i in range(8)])
+    with torch.no_grad():
+        ours, theirs = pair_scores(reward, batch), pair_scores(unmerged, batch)
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert ours[0].std() > 1e-4  # a trained score head, not a constant
+
+
+def test_reward_model_config_errors(tiny_model_dir, reward_model_dir, tmp_path):
+    from tuneline.model import load_tokenizer
+    from tuneline.tiny_model import build_tiny_model
+    from tuneline.train.ppo_models import load_reward_model
+
+    config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, reward_model_type="full")
+    tokenizer = load_tokenizer(config.model)
+    with pytest.raises(ConfigError, match="is a LoRA adapter but 'reward_model_type' is 'full'"):
+        load_reward_model(config, tokenizer)
+    other = build_tiny_model(tmp_path / "other", vocab_size=300)
+    config = ppo_config(tiny_model_dir, other, tmp_path, reward_model_type="full")
+    with pytest.raises(ConfigError, match="tokenizer that does not match"):
+        load_reward_model(config, tokenizer)
+
+
+@pytest.mark.slow
+def test_ppo_runs_logs_and_saves(tiny_model_dir, reward_model_dir, tmp_path):
+    from tuneline.data import build_dataset
+    from tuneline.train.ppo import run
+
+    config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, save_strategy="steps", save_steps=2)
+    result = run(config, build_dataset(config), [])
+    out = Path(result["output_dir"])
+    log = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
+    train = [e for e in log if "reward" in e]
+    evals = [e for e in log if "eval_reward" in e]
+    assert [e["current_steps"] for e in train] == [1, 2, 3] and result["global_step"] == 3
+    assert [e["current_steps"] for e in evals] == [0, 3]  # the reward before and after training
+    for name in ("reward", "kl", "kl_coef", "policy_loss", "value_loss", "loss", "lr"):
+        assert all(math.isfinite(e[name]) for e in train), name
+    assert abs(train[0]["kl"]) < 1e-5  # the first rollout comes from the untouched policy == reference
+    assert train[-1]["kl"] != 0.0  # later ones from a policy that moved
+    assert (out / "adapter_model.safetensors").is_file() and (out / "value_head.pt").is_file()
+    assert (out / "checkpoint-2" / "trainer_state.json").is_file()
+    assert result["metrics"]["eval_reward"] == evals[-1]["eval_reward"]
+    # Resumed from checkpoint-2: one step more, and the log keeps each step once.
+    config.training["resume_from_checkpoint"] = str(out / "checkpoint-2")
+    again = run(config, build_dataset(config), [])
+    assert again["global_step"] == 3
+    log = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
+    assert [e["current_steps"] for e in log if "reward" in e] == [1, 2, 3]
+
+
+def test_one_ppo_update_moves_log_probs_along_the_advantages(tiny_model_dir, reward_model_dir, tmp_path):
+    """The sign and alignment of the whole pipeline: after one optimisation pass on a rollout, answer tokens with
+    positive advantage became likelier and those with negative advantage less likely."""
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.ppo import PPOLoop, forward_tokens
+    from tuneline.train.ppo_models import load_reference, load_reward_model, load_value_head
+    from tuneline.train.training_args import build_training_args
+
+    config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, ppo_epochs=2, learning_rate=1e-3,
+                        per_device_train_batch_size=8)
+    tokenizer = load_tokenizer(config.model)
+    prompts = load_processed(build_dataset(config))["train"]
+    policy = load_model(config, tokenizer)
+    reference, context = load_reference(config, tokenizer, policy)
+    assert reference is policy  # LoRA without ref_model: the policy with its adapter disabled
+    loop = PPOLoop(config, build_training_args(config), policy, tokenizer, load_reward_model(config, tokenizer),
+                   load_value_head(policy, None), reference, context)
+    torch.manual_seed(0)
+    roll = loop.rollout(build_collator("ppo", tokenizer)([prompts[i] for i in range(8)]))
+    assert roll.kl == pytest.approx(0.0, abs=1e-6) and roll.mask.sum() > 0
+    loop.optimise(roll, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        new_logps, _ = forward_tokens(policy, roll.ids, roll.attention_mask, config.generating.temperature)
+    moved = (new_logps - roll.logps) * roll.mask
+    assert (moved * roll.advantages).sum() > 0
+    assert moved[roll.advantages > 0].mean() > 0 > moved[roll.advantages < 0].mean()
+

@@ -1,0 +1,351 @@
+"""`stage: ppo` -- PPO against a reward model trained by `stage: rm`, with adaptive KL control to the reference.
+
+Run through the flow (`tuneline train examples/ppo_lora_demo.yaml`) or in a training process
+(`accelerate launch -m tuneline.train <config>`), which calls `run` below.
+
+Why a compact loop of our own: trl 1.16 has no PPO, and pinning trl 1.12 for `trl.experimental.ppo` would pin
+the whole project to an experimental trainer that wants its own dataset and reward-model shapes. One PPO step:
+sample `per_device_train_batch_size * ppo_buffer_size` prompts, generate answers with the generating config
+(`max_new_tokens`, `top_k`, `top_p`, `temperature`), score them with the reward model, take the policy's, the
+reference's and the value head's per-token numbers, turn score and KL penalty into per-token rewards, estimate
+advantages with GAE, then `ppo_epochs` passes of clipped policy and value losses over mini-batches of
+`per_device_train_batch_size`. The arithmetic lives in `ppo_core` (pure functions), the models in `ppo_models`.
+Single process (no DDP/DeepSpeed yet). Checkpoints (policy, value head, optimizer, scheduler, KL coefficient,
+step) are complete or absent; after a resume the prompt order is reseeded from the step, so a resumed run
+continues from the same state but is not bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tuneline.train import ppo_core
+from tuneline.train.ppo_models import VALUE_HEAD_FILE, load_reference, load_reward_model, load_value_head
+
+
+@dataclass
+class PPOHyper:
+    """LLaMA-Factory's (trl's) PPO defaults for what the config has no key for."""
+
+    clip: float = 0.2
+    clip_value: float = 0.2
+    vf_coef: float = 0.1
+    gamma: float = 1.0
+    lam: float = 0.95
+    init_kl_coef: float = 0.2
+
+
+@dataclass
+class Rollout:
+    """Right-padded prompt+answer rows and the per-token numbers of the frame predicting token t from t-1."""
+
+    ids: Any
+    attention_mask: Any
+    mask: Any  # 1 where the predicted token is an answer token
+    scores: Any
+    logps: Any = None
+    values: Any = None
+    advantages: Any = None
+    returns: Any = None
+
+
+def forward_tokens(model, ids, attention_mask, temperature: float, head=None):
+    """Per-token log-probs of ids[:, 1:] (logits divided by the sampling temperature) and, with a head, values."""
+    out = model(input_ids=ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=head is not None)
+    logits = out.logits[:, :-1].float() / max(temperature, 1e-5)
+    logps = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    values = head(out.hidden_states[-1][:, :-1]) if head is not None else None
+    return logps, values
+
+
+def right_aligned(prompt_ids, prompt_mask, answers, answer_mask, pad_id: int):
+    """Drop the prompts' left padding: rows of real prompt tokens then the answer, padded on the right."""
+    rows, marks = [], []
+    for ids, keep, answer, amask in zip(prompt_ids, prompt_mask, answers, answer_mask, strict=True):
+        prompt = ids[keep.bool()]
+        answer = answer[: int(amask.sum())]
+        rows.append(torch.cat((prompt, answer)))
+        marks.append(torch.cat((torch.zeros_like(prompt), torch.ones_like(answer))))
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=rows[0].dtype)
+    attention = torch.zeros_like(ids)
+    action = torch.zeros(len(rows), width)
+    for i, (row, mark) in enumerate(zip(rows, marks, strict=True)):
+        ids[i, : len(row)], attention[i, : len(row)], action[i, : len(row)] = row, 1, mark.float()
+    return ids, attention, action[:, 1:]
+
+
+class PPOLoop:
+    """Rollout, advantages and optimisation for one policy; `step()` is one PPO step."""
+
+    def __init__(self, config, args, policy, tokenizer, reward_model, head, reference, ref_context):
+        self.config, self.args, self.tokenizer = config, args, tokenizer
+        self.policy, self.reward_model, self.head = policy, reward_model, head
+        self.reference, self.ref_context = reference, ref_context
+        self.hyper = PPOHyper()
+        ft = config.finetuning
+        self.kl = ppo_core.AdaptiveKL(self.hyper.init_kl_coef, ft.ppo_target)
+        self.gen = config.generating
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        params = [p for p in policy.parameters() if p.requires_grad] + list(head.parameters())
+        self.params = params
+        self.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,
+                                           betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+
+    @torch.no_grad()
+    def generate(self, batch):
+        self.policy.eval()
+        gen = self.gen
+        out = self.policy.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=gen.do_sample,
+            temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k, max_new_tokens=gen.max_new_tokens,
+            repetition_penalty=gen.repetition_penalty, pad_token_id=self.pad_id,
+            eos_token_id=self.tokenizer.eos_token_id)
+        answers = out[:, batch["input_ids"].size(1):]
+        answer_mask = ppo_core.response_mask(answers, self.tokenizer.eos_token_id)
+        answer_mask[:, 0] = 1  # at least one token, even if it is eos
+        return right_aligned(batch["input_ids"], batch["attention_mask"], answers, answer_mask, self.pad_id)
+
+    @torch.no_grad()
+    def rollout(self, batch) -> Rollout:
+        from tuneline.train.rm import sequence_scores
+
+        ids, attention, mask = self.generate(batch)
+        scores = sequence_scores(self.reward_model, ids, attention).float()
+        roll = Rollout(ids, attention, mask, scores)
+        self.policy.eval()
+        temperature = self.gen.temperature if self.gen.do_sample else 1.0
+        roll.logps, roll.values = forward_tokens(self.policy, ids, attention, temperature, self.head)
+        with self.ref_context():
+            ref_logps, _ = forward_tokens(self.reference, ids, attention, temperature)
+        ft = self.config.finetuning
+        scores = (scores - scores.mean()) / (scores.std() + 1e-8) if ft.ppo_score_norm and len(scores) > 1 else scores
+        rewards, kl = ppo_core.token_rewards(scores, roll.logps, ref_logps, mask, self.kl.coef)
+        if ft.ppo_whiten_rewards:
+            rewards = ppo_core.masked_whiten(rewards, mask, shift_mean=False)
+        advantages, roll.returns = ppo_core.gae(rewards, roll.values, mask, self.hyper.gamma, self.hyper.lam)
+        roll.advantages = ppo_core.masked_whiten(advantages, mask)
+        roll.kl = kl.sum(-1).mean().item()
+        return roll
+
+    def optimise(self, roll: Rollout, generator) -> dict[str, float]:
+        """`ppo_epochs` passes of shuffled mini-batches; returns the mean losses."""
+        args, hyper = self.args, self.hyper
+        size = args.per_device_train_batch_size
+        temperature = self.gen.temperature if self.gen.do_sample else 1.0
+        sums: dict[str, float] = {}
+        count = 0
+        self.policy.train()
+        for _ in range(self.config.finetuning.ppo_epochs):
+            order = torch.randperm(len(roll.ids), generator=generator)
+            for start in range(0, len(order), size):
+                rows = order[start:start + size]
+                mask = roll.mask[rows]
+                logps, values = forward_tokens(self.policy, roll.ids[rows], roll.attention_mask[rows], temperature,
+                                               self.head)
+                pg, clipfrac = ppo_core.policy_loss(logps, roll.logps[rows], roll.advantages[rows], mask, hyper.clip)
+                vf = ppo_core.value_loss(values, roll.values[rows], roll.returns[rows], mask, hyper.clip_value)
+                loss = pg + hyper.vf_coef * vf
+                self.optimizer.zero_grad()
+                loss.backward()
+                if args.max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(self.params, args.max_grad_norm)
+                self.optimizer.step()
+                for name, value in (("policy_loss", pg), ("value_loss", vf), ("loss", loss), ("clipfrac", clipfrac)):
+                    sums[name] = sums.get(name, 0.0) + value.item()
+                count += 1
+        return {name: total / max(count, 1) for name, total in sums.items()}
+
+    def step(self, batch, generator) -> dict[str, float]:
+        batch = {k: v.to(self.args.device) for k, v in batch.items() if hasattr(v, "to")}
+        roll = self.rollout(batch)
+        metrics = self.optimise(roll, generator)
+        metrics.update(reward=roll.scores.mean().item(), kl=roll.kl, kl_coef=self.kl.coef,
+                       response_length=roll.mask.sum(-1).mean().item())
+        self.kl.update(roll.kl, len(roll.ids))
+        return metrics
+
+    @torch.no_grad()
+    def mean_reward(self, dataset, collator, limit: int = 64) -> float:
+        """Mean reward-model score of answers sampled for up to `limit` prompts (the evaluation metric)."""
+        from tuneline.train.rm import sequence_scores
+
+        scores = []
+        rows = [dataset[i] for i in range(min(limit, len(dataset)))]
+        size = self.args.per_device_eval_batch_size
+        for start in range(0, len(rows), size):
+            batch = collator(rows[start:start + size])
+            batch = {k: v.to(self.args.device) for k, v in batch.items() if hasattr(v, "to")}
+            ids, attention, _ = self.generate(batch)
+            scores.append(sequence_scores(self.reward_model, ids, attention).float())
+        return torch.cat(scores).mean().item()
+
+
+def prompt_batches(dataset, collator, batch_size: int, seed: int):
+    """Endless shuffled batches of prompts, one epoch after another; yields (epoch, batch)."""
+    from torch.utils.data import DataLoader
+
+    generator = torch.Generator().manual_seed(seed)
+    loader = DataLoader(dataset.select_columns(["input_ids", "attention_mask"]), batch_size=batch_size,
+                        shuffle=True, drop_last=len(dataset) >= batch_size, collate_fn=collator, generator=generator)
+    epoch = 0
+    while True:
+        for batch in loader:
+            yield epoch, batch
+        epoch += 1
+
+
+def save_policy(loop: PPOLoop, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    loop.policy.save_pretrained(str(folder))
+    loop.tokenizer.save_pretrained(str(folder))
+    torch.save(loop.head.state_dict(), folder / VALUE_HEAD_FILE)
+
+
+def save_checkpoint(loop: PPOLoop, state, scheduler, output_dir: Path) -> None:
+    """checkpoint-N written under .partial/ and renamed when whole; trainer_state.json marks it complete."""
+    from transformers.trainer_utils import rotate_checkpoints
+
+    from tuneline.train.checkpoints import TRAINER_STATE, publish, staging_root
+
+    name = f"checkpoint-{state.global_step}"
+    staged = staging_root(output_dir) / name
+    save_policy(loop, staged)
+    torch.save({"optimizer": loop.optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "kl_coef": loop.kl.coef, "rng": torch.get_rng_state()}, staged / "ppo_state.pt")
+    state.save_to_json(str(staged / TRAINER_STATE))
+    publish(staged, output_dir / name)
+    rotate_checkpoints(str(output_dir), loop.args.save_total_limit, None)
+
+
+def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
+    """Load policy weights, value head, optimizer, scheduler, KL coefficient and step from a checkpoint."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    from transformers import TrainerState
+
+    from tuneline.train.checkpoints import TRAINER_STATE
+
+    adapter = checkpoint / "adapter_model.safetensors"
+    if adapter.is_file():
+        set_peft_model_state_dict(loop.policy, load_file(str(adapter)))
+    else:
+        weights = {}
+        for shard in sorted(checkpoint.glob("model*.safetensors")):
+            weights.update(load_file(str(shard)))
+        loop.policy.load_state_dict(weights, strict=False)
+    loop.head.load_state_dict(torch.load(checkpoint / VALUE_HEAD_FILE, map_location="cpu"))
+    saved = torch.load(checkpoint / "ppo_state.pt", map_location="cpu", weights_only=False)
+    loop.optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    loop.kl.coef = saved["kl_coef"]
+    torch.set_rng_state(saved["rng"])
+    restored = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE))
+    state.global_step, state.log_history = restored.global_step, restored.log_history
+
+
+def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: Path) -> dict[str, float]:
+    """PPO steps until max_steps (or num_train_epochs of prompts), logging and checkpointing on the way."""
+    from transformers import TrainerControl, TrainerState, get_scheduler
+
+    args = loop.args
+    train = datasets["train"]
+    rollout_size = args.per_device_train_batch_size * max(1, loop.config.finetuning.ppo_buffer_size)
+    per_epoch = max(1, len(train) // rollout_size)
+    max_steps = args.max_steps if args.max_steps > 0 else int(args.num_train_epochs * per_epoch)
+    scheduler = get_scheduler(args.lr_scheduler_type, loop.optimizer, args.get_warmup_steps(max_steps), max_steps)
+    state, control = TrainerState(max_steps=max_steps, logging_steps=args.logging_steps), TrainerControl()
+    loop.state = state
+    resume = loop.config.training.get("resume_from_checkpoint")
+    if resume:
+        resume_from(loop, state, scheduler, Path(resume))
+    for callback in callbacks:
+        callback.on_train_begin(args, state, control)
+    if state.global_step == 0 and has_validation(datasets):  # the reward before training, to compare with after
+        _log(callbacks, args, state, {"eval_reward": loop.mean_reward(datasets["validation"], collator)})
+    batches = prompt_batches(train, collator, rollout_size, args.seed + state.global_step)
+    generator = torch.Generator().manual_seed(args.seed + state.global_step)
+    window: dict[str, list[float]] = {}
+    start = time.time()
+    while state.global_step < max_steps:
+        epoch, batch = next(batches)
+        for name, value in loop.step(batch, generator).items():
+            window.setdefault(name, []).append(ppo_core.finite(value))
+        scheduler.step()
+        state.global_step += 1
+        state.epoch = state.global_step / per_epoch
+        if state.global_step % max(1, int(args.logging_steps)) == 0 or state.global_step == max_steps:
+            logs = {name: sum(v) / len(v) for name, v in window.items()}
+            logs["learning_rate"] = scheduler.get_last_lr()[0]
+            _log(callbacks, args, state, logs)
+            window.clear()
+        if args.save_strategy == "steps" and args.save_steps and state.global_step % int(args.save_steps) == 0:
+            save_checkpoint(loop, state, scheduler, output_dir)
+    for callback in callbacks:
+        callback.on_train_end(args, state, control)
+    return {"train_runtime": time.time() - start, "train_steps": float(state.global_step),
+            "train_reward": state.log_history[-1].get("reward", 0.0) if state.log_history else 0.0}
+
+
+def write_results(output_dir: Path, train: dict, evals: dict) -> None:
+    for name, values in (("train_results.json", train), ("eval_results.json", evals),
+                         ("all_results.json", {**train, **evals})):
+        if values:
+            (output_dir / name).write_text(json.dumps(values, indent=2))
+
+
+def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
+    """Train the ppo stage on the processed prompts; returns output_dir, global step and metrics."""
+    from transformers import set_seed
+
+    from tuneline.data import build_collator, load_processed
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.callbacks import MlflowMetricsCallback, build_callbacks
+    from tuneline.train.training_args import build_training_args
+
+    args = build_training_args(config)
+    set_seed(args.seed)
+    output_dir = Path(args.output_dir)
+    tokenizer = load_tokenizer(config.model)
+    tokenizer.padding_side = "left"
+    datasets = load_processed(dataset_ref)
+    reward_model = load_reward_model(config, tokenizer).to(args.device)
+    policy = load_model(config, tokenizer, is_trainable=True).to(args.device)
+    reference, context = load_reference(config, tokenizer, policy)
+    head = load_value_head(policy, None).to(args.device)
+    loop = PPOLoop(config, args, policy, tokenizer, reward_model, head, reference.to(args.device), context)
+    collator = build_collator("ppo", tokenizer, config.data.pad_to_multiple_of)
+    callbacks = build_callbacks(config, output_dir, extra_callbacks)
+    try:
+        train_metrics = train_loop(loop, datasets, collator, callbacks, output_dir)
+        save_policy(loop, output_dir)
+        evals = {}
+        if has_validation(datasets):
+            evals["eval_reward"] = loop.mean_reward(datasets["validation"], collator)
+            _log(callbacks, args, loop.state, evals)
+        write_results(output_dir, train_metrics, evals)
+    finally:
+        for callback in callbacks:
+            if isinstance(callback, MlflowMetricsCallback):
+                callback.close()
+    return {"output_dir": str(output_dir), "global_step": int(train_metrics["train_steps"]),
+            "metrics": {**train_metrics, **evals}}
+
+
+
+def has_validation(datasets) -> bool:
+    return "validation" in datasets and len(datasets["validation"]) > 0
+
+
+def _log(callbacks: list, args, state, logs: dict[str, float]) -> None:
+    from transformers import TrainerControl
+
+    state.log_history.append({**logs, "step": state.global_step})
+    for callback in callbacks:
+        callback.on_log(args, state, TrainerControl(), logs=logs)
