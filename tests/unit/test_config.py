@@ -114,3 +114,28 @@ def test_cli_exits_2_with_one_message(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: invalid config") and "Traceback" not in err
     assert cli_main(["validate", str(tmp_path / "absent.yaml")]) == 2
+
+
+def test_paths_of_every_model_the_run_loads_are_checked(tmp_path):
+    from tuneline.config import load_config
+    from tuneline.errors import ConfigError
+
+    path = tmp_path / "ppo.yaml"
+    path.write_text(f"model_name_or_path: {tmp_path}\nstage: ppo\nreward_model: ./no/such/rm\n"
+                    "adapter_name_or_path: ./no/such/adapter\ndo_train: false\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "'reward_model' path './no/such/rm' does not exist" in str(err.value)
+    assert "'adapter_name_or_path' path './no/such/adapter' does not exist" in str(err.value)
+
+
+def test_early_stopping_needs_evaluations_and_an_eval_split(tmp_path):
+    from tuneline.config import load_config
+    from tuneline.errors import ConfigError
+
+    path = tmp_path / "es.yaml"
+    path.write_text(f"model_name_or_path: {tmp_path}\nstage: sft\nearly_stopping_steps: 3\ndo_train: false\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "'early_stopping_steps' needs an evaluation split" in str(err.value)
+    assert "counts evaluations, but none run" in str(err.value)

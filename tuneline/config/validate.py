@@ -15,7 +15,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def check_combinations(config: RunConfig, check_paths: bool = True) -> list[str]:
     problems = _check_keys(config)
     if check_paths:
-        problems += check_model_path(config.model.model_name_or_path, "model_name_or_path")
+        problems += check_model_paths(config)
         problems += check_datasets(config)
     return problems
 
@@ -45,9 +45,26 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'val_size' is {data.val_size}; use a fraction in (0, 1) or a whole row count")
     if tr.get("do_train", True) and not data.dataset and ft.stage != "ppo":
         problems.append("'dataset' is required for training: name one or more entries of dataset_info.json")
-    if tr.get("load_best_model_at_end") and not tr.get("metric_for_best_model") and not data.val_size \
-            and not data.eval_dataset:
-        problems.append("'load_best_model_at_end' needs an evaluation split: set 'val_size' or 'eval_dataset'")
+    has_eval_split = bool(data.val_size or data.eval_dataset)
+    for key in ("load_best_model_at_end", "early_stopping_steps"):
+        if (tr.get(key) or getattr(ft, key, None)) and not has_eval_split:
+            problems.append(f"'{key}' needs an evaluation split: set 'val_size' or 'eval_dataset'")
+    if ft.early_stopping_steps and (tr.get("eval_strategy") or tr.get("evaluation_strategy") or "no") == "no":
+        problems.append(f"'early_stopping_steps: {ft.early_stopping_steps}' counts evaluations, but none run: set "
+                        "'eval_strategy: steps' (with 'eval_steps') or 'eval_strategy: epoch'")
+    return problems
+
+
+def check_model_paths(config: RunConfig) -> list[str]:
+    """Every model or adapter path the run will load, so a typo fails before any step runs."""
+    ft = config.finetuning
+    keys = {"model_name_or_path": config.model.model_name_or_path, "ref_model": ft.ref_model,
+            "reward_model": ft.reward_model}
+    problems = [p for key, value in keys.items() for p in check_model_path(value, key)]
+    for key, value in (("adapter_name_or_path", config.model.adapter_name_or_path),
+                       ("reward_model_adapters", ft.reward_model_adapters)):
+        for path in (value or "").split(","):
+            problems += check_model_path(path.strip(), key)
     return problems
 
 
