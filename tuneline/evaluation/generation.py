@@ -59,13 +59,22 @@ def eos_token_ids(tokenizer, model) -> set[int]:
 def generate_greedy(model, prompts: Sequence[Sequence[int]], *, pad_id: int, eos_ids: set[int],
                     max_new_tokens: int, batch_size: int) -> list[list[int]]:
     """Greedy answers (token ids, cut at the first eos) for left-padded batches of prompts."""
-    import torch
     from transformers import GenerationConfig
 
-    device = next(model.parameters()).device
     settings = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
                                 pad_token_id=pad_id, eos_token_id=sorted(eos_ids) or None)
+    return generate_batches(model, prompts, settings, pad_id, eos_ids, batch_size)
+
+
+def generate_batches(model, prompts: Sequence[Sequence[int]], settings, pad_id: int, eos_ids: set[int],
+                     batch_size: int) -> list[list[int]]:
+    """Answers under any GenerationConfig, prompts left-padded per batch; the model is left in its mode."""
+    import torch
+
+    device = next(model.parameters()).device
     answers: list[list[int]] = []
+    was_training = model.training
+    model.eval()
     with torch.no_grad():
         for start, end in batch_ranges(len(prompts), batch_size):
             rows = prompts[start:end]
@@ -73,6 +82,7 @@ def generate_greedy(model, prompts: Sequence[Sequence[int]], *, pad_id: int, eos
             mask = pad_rows([[1] * len(r) for r in rows], 0, left=True).to(device)
             output = model.generate(input_ids=ids, attention_mask=mask, generation_config=settings)
             answers += [until_eos(row.tolist(), eos_ids) for row in output[:, ids.shape[1]:]]
+    model.train(was_training)
     return answers
 
 

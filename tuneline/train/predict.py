@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tuneline.evaluation.generation import eos_token_ids, split_prompt_answer, text_metrics, until_eos
-from tuneline.evaluation.scoring import batch_ranges, pad_rows
+from tuneline.evaluation.generation import eos_token_ids, generate_batches, split_prompt_answer, text_metrics
 
 PREDICTIONS_FILE = "generated_predictions.jsonl"
 # text_metrics key -> LLaMA-Factory's metric name (reported x100 as it does)
@@ -30,25 +29,6 @@ def generation_config(config, tokenizer, eos_ids: set[int]):
                             pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(eos_ids) or None, **sampling)
 
 
-def generate_answers(model, prompts: list[list[int]], settings, pad_id: int, eos_ids: set[int],
-                     batch_size: int) -> list[list[int]]:
-    import torch
-
-    device = next(model.parameters()).device
-    answers: list[list[int]] = []
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        for start, end in batch_ranges(len(prompts), batch_size):
-            rows = prompts[start:end]
-            ids = pad_rows(rows, pad_id, left=True).to(device)
-            mask = pad_rows([[1] * len(r) for r in rows], 0, left=True).to(device)
-            output = model.generate(input_ids=ids, attention_mask=mask, generation_config=settings)
-            answers += [until_eos(row.tolist(), eos_ids) for row in output[:, ids.shape[1]:]]
-    model.train(was_training)
-    return answers
-
-
 def predict_with_generate(trainer, config, dataset, tokenizer) -> dict[str, float]:
     """Write `<output_dir>/generated_predictions.jsonl` and return predict_rouge-*/predict_bleu-4 (main process)."""
     if dataset is None or not config.training.get("predict_with_generate") or not trainer.is_world_process_zero():
@@ -58,7 +38,7 @@ def predict_with_generate(trainer, config, dataset, tokenizer) -> dict[str, floa
     pairs = [split_prompt_answer(row["input_ids"], row["labels"], eos_ids) for row in dataset]
     pairs = [p for p in pairs if p is not None]
     settings = generation_config(config, tokenizer, eos_ids)
-    answers = generate_answers(model, [p for p, _ in pairs], settings, tokenizer.pad_token_id, eos_ids,
+    answers = generate_batches(model, [p for p, _ in pairs], settings, tokenizer.pad_token_id, eos_ids,
                                trainer.args.per_device_eval_batch_size)
     skip = config.generating.skip_special_tokens
     records = [{"prompt": tokenizer.decode(prompt, skip_special_tokens=skip),
