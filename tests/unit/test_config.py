@@ -75,6 +75,7 @@ def test_contradictions_name_both_keys(tmp_path):
     assert "'fp16' and 'bf16' are both true" in message
     assert "'stage: ppo' needs 'reward_model'" in message
     assert "uses no reference model" in problems_of(tmp_path, BASE + "stage: dpo\npref_loss: orpo\nref_model: x/y\n")
+    assert "'ppo_target' is 0.0 and 'ppo_init_kl_coef' 0.05" in problems_of(tmp_path, BASE + "ppo_target: 0\n")
 
 
 def test_missing_model_and_dataset_paths_named(tmp_path):

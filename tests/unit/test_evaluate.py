@@ -117,6 +117,20 @@ def test_eval_key_ignores_training_keys_but_not_eval_keys_model_or_data(model_di
     assert eval_fingerprint(base, "model-a", "data-2") != key
 
 
+def test_ppo_eval_key_follows_the_reward_model_content_and_the_sampling(model_dir, tmp_path):
+    reward = tmp_path / "rm"
+    reward.mkdir()
+    (reward / "adapter_config.json").write_text("{}")
+    (reward / "adapter_model.safetensors").write_bytes(b"reward-1")
+    ppo = {"stage": "ppo", "reward_model": str(reward)}
+    key = eval_fingerprint(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1")
+    (reward / "trainer_log.jsonl").write_text("{}\n")
+    assert eval_fingerprint(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1") == key
+    assert eval_fingerprint(make_config(model_dir, tmp_path, **ppo, temperature=0.5), "model-a", "data-1") != key
+    (reward / "adapter_model.safetensors").write_bytes(b"reward-2")  # the reward model was trained again
+    assert eval_fingerprint(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1") != key
+
+
 def test_model_key_follows_weights_not_logs(model_dir, tmp_path):
     config = make_config(model_dir, tmp_path)
     adapter = tmp_path / "adapter"

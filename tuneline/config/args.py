@@ -140,6 +140,8 @@ class FinetuningArgs:
     ppo_epochs: int = arg(4, "PPO epochs per rollout batch.")
     ppo_score_norm: bool = arg(False, "Normalise rewards.")
     ppo_target: float = arg(6.0, "Target KL for adaptive KL control.")
+    ppo_init_kl_coef: float = arg(0.05, "Starting KL-penalty coefficient, adapted towards ppo_target "
+                                  "(tuneline key; trl's current PPO default).")
     ppo_whiten_rewards: bool = arg(False, "Whiten rewards before advantages.")
 
 

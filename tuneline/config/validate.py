@@ -37,6 +37,9 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append("'pissa_init' needs 'finetuning_type: lora'")
     if not 0 <= ft.dpo_label_smoothing < 0.5:
         problems.append(f"'dpo_label_smoothing' is {ft.dpo_label_smoothing}; allowed: 0 <= value < 0.5")
+    if ft.ppo_target <= 0 or ft.ppo_init_kl_coef < 0:
+        problems.append(f"'ppo_target' is {ft.ppo_target} and 'ppo_init_kl_coef' {ft.ppo_init_kl_coef}; the KL "
+                        "target must be above 0 and the starting coefficient at least 0")
     if ft.lora_rank < 1:
         problems.append(f"'lora_rank' is {ft.lora_rank}; it must be at least 1")
     if data.cutoff_len < 2:

@@ -91,13 +91,29 @@ def reward_model_step(ctx: EvalContext) -> dict[str, float]:
     return {**scoring.bradley_terry_loss(chosen, rejected), **scoring.pairwise_metrics(chosen, rejected)}
 
 
+def policy_reward_step(ctx: EvalContext) -> dict[str, float]:
+    """PPO's measure: the reward model's mean score of answers sampled (generating config, fixed seed) for the
+    first eval_max_samples prompts; the trainer reports the same number before and after training."""
+    from tuneline.data import build_collator
+    from tuneline.train.ppo import sampled_reward
+    from tuneline.train.ppo_models import load_reward_model
+
+    ctx.tokenizer.padding_side = "left"
+    reward_model = load_reward_model(ctx.config, ctx.tokenizer).to(next(ctx.model.parameters()).device).eval()
+    collator = build_collator("ppo", ctx.tokenizer, ctx.config.data.pad_to_multiple_of)
+    reward = sampled_reward(ctx.model, reward_model, ctx.tokenizer, ctx.data, collator, ctx.config.generating,
+                            seed=int(ctx.config.training.get("seed", 42)), batch_size=ctx.batch_size,
+                            limit=ctx.config.pipeline.eval_max_samples)
+    return {"reward": reward}
+
+
 STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = {
     "pt": (language_model_step,),
     "sft": (language_model_step, generation_step),
     "rm": (reward_model_step,),
     "dpo": (pairwise_step,),
     "kto": (pairwise_step,),
-    "ppo": (language_model_step,),
+    "ppo": (policy_reward_step,),
 }
 
 

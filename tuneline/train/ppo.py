@@ -38,7 +38,6 @@ class PPOHyper:
     vf_coef: float = 0.1
     gamma: float = 1.0
     lam: float = 0.95
-    init_kl_coef: float = 0.2
 
 
 @dataclass
@@ -90,27 +89,15 @@ class PPOLoop:
         self.reference, self.ref_context = reference, ref_context
         self.hyper = PPOHyper()
         ft = config.finetuning
-        self.kl = ppo_core.AdaptiveKL(self.hyper.init_kl_coef, ft.ppo_target)
+        self.kl = ppo_core.AdaptiveKL(ft.ppo_init_kl_coef, ft.ppo_target)
         self.gen = config.generating
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         params = [p for p in policy.parameters() if p.requires_grad] + list(head.parameters())
         self.params = params
         self.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,
                                            betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
 
-    @torch.no_grad()
     def generate(self, batch):
-        self.policy.eval()
-        gen = self.gen
-        out = self.policy.generate(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=gen.do_sample,
-            temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k, max_new_tokens=gen.max_new_tokens,
-            repetition_penalty=gen.repetition_penalty, pad_token_id=self.pad_id,
-            eos_token_id=self.tokenizer.eos_token_id)
-        answers = out[:, batch["input_ids"].size(1):]
-        answer_mask = ppo_core.response_mask(answers, self.tokenizer.eos_token_id)
-        answer_mask[:, 0] = 1  # at least one token, even if it is eos
-        return right_aligned(batch["input_ids"], batch["attention_mask"], answers, answer_mask, self.pad_id)
+        return sample_answers(self.policy, self.tokenizer, batch, self.gen)
 
     @torch.no_grad()
     def rollout(self, batch) -> Rollout:
@@ -171,20 +158,48 @@ class PPOLoop:
         self.kl.update(roll.kl, len(roll.ids))
         return metrics
 
-    @torch.no_grad()
-    def mean_reward(self, dataset, collator, limit: int = 64) -> float:
-        """Mean reward-model score of answers sampled for up to `limit` prompts (the evaluation metric)."""
-        from tuneline.train.rm import sequence_scores
+    def mean_reward(self, dataset, collator) -> float:
+        return sampled_reward(self.policy, self.reward_model, self.tokenizer, dataset, collator, self.gen,
+                              seed=self.args.seed, batch_size=self.args.per_device_eval_batch_size,
+                              limit=self.config.pipeline.eval_max_samples)
 
-        scores = []
-        rows = [dataset[i] for i in range(min(limit, len(dataset)))]
-        size = self.args.per_device_eval_batch_size
-        for start in range(0, len(rows), size):
-            batch = collator(rows[start:start + size])
-            batch = {k: v.to(self.args.device) for k, v in batch.items() if hasattr(v, "to")}
-            ids, attention, _ = self.generate(batch)
-            scores.append(sequence_scores(self.reward_model, ids, attention).float())
-        return torch.cat(scores).mean().item()
+
+@torch.no_grad()
+def sample_answers(policy, tokenizer, batch, gen):
+    """Answers sampled with the generating config, right-aligned after their prompts: (ids, attention, mask)."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    policy.eval()
+    out = policy.generate(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=gen.do_sample,
+        temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k, max_new_tokens=gen.max_new_tokens,
+        repetition_penalty=gen.repetition_penalty, pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id)
+    answers = out[:, batch["input_ids"].size(1):]
+    answer_mask = ppo_core.response_mask(answers, tokenizer.eos_token_id)
+    answer_mask[:, 0] = 1  # at least one token, even if it is eos
+    return right_aligned(batch["input_ids"], batch["attention_mask"], answers, answer_mask, pad_id)
+
+
+@torch.no_grad()
+def sampled_reward(policy, reward_model, tokenizer, dataset, collator, gen, seed: int, batch_size: int,
+                   limit: int) -> float:
+    """Mean reward-model score of answers sampled for the first `limit` prompts: PPO's evaluation metric.
+
+    Sampling starts from `seed` every time, so the policy before and after training (in the trainer and in the
+    flow's `evaluate` step) is measured on the same prompts with the same noise: a paired comparison.
+    """
+    from tuneline.train.rm import sequence_scores
+
+    device = next(policy.parameters()).device
+    rows = [dataset[i] for i in range(min(limit, len(dataset)))]
+    scores = []
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        for start in range(0, len(rows), batch_size):
+            batch = collator(rows[start:start + batch_size])
+            batch = {k: v.to(device) for k, v in batch.items() if hasattr(v, "to")}
+            ids, attention, _ = sample_answers(policy, tokenizer, batch, gen)
+            scores.append(sequence_scores(reward_model, ids, attention).float())
+    return torch.cat(scores).mean().item()
 
 
 def prompt_batches(dataset, collator, batch_size: int, seed: int):
