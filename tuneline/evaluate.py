@@ -14,9 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tuneline.config.run_config import split_names
 from tuneline.fingerprint import FileHasher, fingerprint
-from tuneline.model.fingerprint import model_fingerprint
+from tuneline.model.fingerprint import model_fingerprint, reward_model_fingerprint
 from tuneline.step_cache import cached_step
 
 # Bump when a metric's meaning changes; edits to the evaluation sources also change keys (see _code_version).
@@ -34,27 +33,15 @@ MODEL_FILE_NAMES = ("config.json", "adapter_config.json", "generation_config.jso
 
 
 # What PPO's evaluation also reads: the reward model scores answers sampled with the generating config.
-PPO_EVAL_KEYS = ("reward_model_type", "do_sample", "temperature", "top_p", "top_k", "max_new_tokens",
-                 "repetition_penalty")
+PPO_EVAL_KEYS = ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty")
 
 
 def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
     """Key of one evaluation result."""
+    reward_model = reward_model_fingerprint(config)
+    sampling = config.slice(*PPO_EVAL_KEYS) if reward_model else None
     return fingerprint("evaluate", EVAL_VERSION, _code_version(), model_key, dataset_fingerprint,
-                       config.slice(*EVAL_KEYS), _reward_model_inputs(config))
-
-
-def _reward_model_inputs(config) -> dict[str, Any]:
-    """For ppo: the reward model and its adapters by content, and the sampling config; nothing for other stages."""
-    if config.stage != "ppo":
-        return {}
-    ft = config.finetuning
-    hasher = FileHasher(None)
-    models = {}
-    for name in [ft.reward_model, *split_names(ft.reward_model_adapters)]:
-        folder = Path(name) if name else None
-        models[str(name)] = _model_files_hash(hasher, folder) if folder and folder.is_dir() else name
-    return {"reward_models": models, **config.slice(*PPO_EVAL_KEYS)}
+                       config.slice(*EVAL_KEYS), reward_model, sampling)
 
 
 @functools.lru_cache(maxsize=1)

@@ -58,3 +58,16 @@ def model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None, *, 
     hasher.save()
     keys = LOAD_KEYS + (FINETUNING_KEYS if include_finetuning else ())
     return fingerprint("model", base, adapter_hashes, config.slice(*keys))
+
+
+def reward_model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None) -> str | None:
+    """ppo's reward model and its adapters by content (a retrained reward model in the same folder changes it);
+    None for every other stage."""
+    ft = config.finetuning
+    if config.stage != "ppo":
+        return None
+    hasher = FileHasher(memo_dir)
+    sources = [name for name in [ft.reward_model, *split_names(ft.reward_model_adapters)] if name]
+    parts = [_source_hash(name, WEIGHT_PATTERNS + ADAPTER_FILES, hasher, None) for name in sources]
+    hasher.save()
+    return fingerprint("reward-model", parts, ft.reward_model_type)

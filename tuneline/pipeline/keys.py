@@ -12,6 +12,7 @@ from pathlib import Path
 from tuneline import __version__
 from tuneline.config import RunConfig
 from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.model.fingerprint import reward_model_fingerprint
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def training_slice(config: RunConfig) -> dict:
 
 def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
     return fingerprint("train", training_slice(config), dataset_fp, reference_fp, base_model_key(config),
-                       code_version("train", "model", "losses.py"))
+                       reward_model_fingerprint(config, memo_dir(config)), code_version("train", "model", "losses.py"))
 
 
 def run_key(config: RunConfig, dataset_fp: str) -> str:

@@ -9,6 +9,7 @@ import sys
 from model_test_helpers import make_adapter
 
 from tuneline.model import model_fingerprint
+from tuneline.model.fingerprint import reward_model_fingerprint
 
 
 def test_content_and_keys_decide_the_fingerprint(make_config, tiny_model_dir, tmp_path):
@@ -38,6 +39,17 @@ def test_adapters_count_by_content(make_config, tiny_model_dir, tmp_path):
     assert model_fingerprint(make_config(), adapters=str(adapter)) == with_adapter
     make_adapter(tiny_model_dir, adapter, seed=2)  # retrained in place
     assert model_fingerprint(config) != with_adapter
+
+
+def test_ppo_train_key_follows_the_reward_model_content(make_config, tiny_model_dir, tmp_path):
+    from tuneline.pipeline.keys import train_key
+
+    reward = make_adapter(tiny_model_dir, tmp_path / "rm", seed=1)
+    config = make_config(stage="ppo", reward_model=str(reward), pipeline_cache_dir=str(tmp_path / "cache"))
+    key = train_key(config, "data", "ref")
+    assert reward_model_fingerprint(make_config()) is None  # other stages have no reward model
+    make_adapter(tiny_model_dir, reward, seed=2)  # the reward model trained again into the same folder
+    assert train_key(config, "data", "ref") != key
 
 
 def test_hub_ids_stand_for_themselves_at_their_revision(make_config):
