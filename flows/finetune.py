@@ -3,7 +3,8 @@
     python -m flows.finetune examples/sft_lora_demo.yaml learning_rate=5e-5   (or: tuneline train ...)
 
 Re-running with the same inputs skips every finished step; a killed run started again resumes `train` from
-its last checkpoint in the same MLflow run.
+its last checkpoint in the same MLflow run. A ppo config with `reward_model_config` runs that rm config first,
+as a subflow of the same shape (and as cached).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tasks
 from flows.artifacts import publish_run_artifacts
 from tuneline.config import RunConfig, load_config
 from tuneline.pipeline import keys, record
+from tuneline.pipeline.steps import reward_model_overrides
 
 
 def _flow_run_name() -> str:
@@ -33,6 +35,11 @@ def _with_cache(config: RunConfig, task):
 @flow(name="finetune", flow_run_name=_flow_run_name, log_prints=True)
 def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
     config = load_config(config_path, overrides)
+    if config.pipeline.reward_model_config:  # ppo: its reward model is trained (or found cached) first
+        reward = finetune(config.pipeline.reward_model_config)
+        overrides = [*(overrides or []), *reward_model_overrides(config.pipeline.reward_model_config,
+                                                                 reward["output_dir"])]
+        config = load_config(config_path, overrides)
     step = {name: _with_cache(config, getattr(tasks, name)) for name in tasks.__all__}
     run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, runtime.flow_run.ui_url)
 

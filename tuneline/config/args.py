@@ -173,6 +173,8 @@ class PipelineArgs:
     eval_max_samples: int = arg(64, "Generated answers scored by `evaluate` (exact match, ROUGE, BLEU).")
     eval_max_new_tokens: int = arg(32, "Tokens generated per answer by `evaluate`.")
     num_processes: int | None = arg(None, "Training processes; default one per GPU, or 1 on CPU.")
+    reward_model_config: str | None = arg(None, "ppo: a `stage: rm` config the flow runs first, as a cached "
+                                          "subflow; its output becomes reward_model.")
     accelerate_config: str | None = arg(None, "An accelerate config file (e.g. FSDP) passed to the launcher.")
 
 

@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+
 from tuneline.config.run_config import RunConfig
 from tuneline.errors import did_you_mean
 
@@ -15,7 +17,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def check_combinations(config: RunConfig, check_paths: bool = True) -> list[str]:
     problems = _check_keys(config)
     if check_paths:
-        problems += check_model_paths(config)
+        problems += check_model_paths(config) + check_reward_model_config(config)
         problems += check_datasets(config)
     return problems
 
@@ -27,8 +29,13 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append("'model_name_or_path' is required: a local model folder or a hub id")
     if tr.get("fp16") and tr.get("bf16"):
         problems.append("'fp16' and 'bf16' are both true; choose one")
-    if ft.stage == "ppo" and not ft.reward_model:
-        problems.append("'stage: ppo' needs 'reward_model' (a reward model path or adapter trained with stage: rm)")
+    reward_config = config.pipeline.reward_model_config
+    if ft.stage == "ppo" and not ft.reward_model and not reward_config:
+        problems.append("'stage: ppo' needs 'reward_model' (a reward model path or adapter trained with stage: rm) "
+                        "or 'reward_model_config' (a stage: rm config the flow trains first)")
+    if ft.reward_model and reward_config:
+        problems.append("'reward_model' and 'reward_model_config' are both set; the flow trains the reward model "
+                        "from 'reward_model_config' and uses its output_dir: remove one")
     if ft.pref_loss in ("orpo", "simpo") and ft.ref_model and ft.stage == "dpo":
         problems.append(f"'pref_loss: {ft.pref_loss}' uses no reference model; remove 'ref_model'")
     if ft.use_badam and ft.finetuning_type != "full":
@@ -69,6 +76,22 @@ def check_model_paths(config: RunConfig) -> list[str]:
         for path in (value or "").split(","):
             problems += check_model_path(path.strip(), key)
     return problems
+
+
+def check_reward_model_config(config: RunConfig) -> list[str]:
+    """`reward_model_config` must name a YAML file of a `stage: rm` run."""
+    path = config.pipeline.reward_model_config
+    if not path:
+        return []
+    if not Path(path).is_file():
+        return [f"'reward_model_config' file '{path}' does not exist; name the YAML config of a stage: rm run"]
+    try:
+        stage = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("stage")
+    except (yaml.YAMLError, AttributeError):
+        return [f"'reward_model_config' '{path}' is not a YAML mapping of config keys"]
+    if stage != "rm":
+        return [f"'reward_model_config' '{path}' has 'stage: {stage}'; it must be a 'stage: rm' config"]
+    return []
 
 
 def check_model_path(value: str | None, key: str) -> list[str]:

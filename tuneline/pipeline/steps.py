@@ -54,3 +54,12 @@ def make_model_card(config: RunConfig, trained: dict, base_eval: dict, tuned_eva
         dataset_fingerprints={name: dataset["fingerprint"] for name in config.dataset_names},
         plots=plots, mlflow_run_url=run.get("url"),
     )
+
+
+def reward_model_overrides(reward_model_config: str, reward_output_dir: str) -> list[str]:
+    """Point a ppo run at the reward model its `reward_model_config` run trained into `reward_output_dir`."""
+    from tuneline.config import load_config
+
+    trained_as = load_config(reward_model_config, check_paths=False).finetuning.finetuning_type
+    return [f"reward_model={reward_output_dir}", f"reward_model_type={'lora' if trained_as == 'lora' else 'full'}",
+            "reward_model_config=null"]

@@ -63,6 +63,9 @@ def load_reward_model(config, tokenizer):
     from tuneline.model import load_model
 
     ft = config.finetuning
+    if not ft.reward_model and config.pipeline.reward_model_config:
+        raise ConfigError("'reward_model_config' is trained by the flow (`tuneline train`); outside it, train that "
+                          "config and set 'reward_model' to its output_dir")
     if not ft.reward_model:
         raise ConfigError("'stage: ppo' needs 'reward_model' (a reward model path or adapter trained with stage: rm)")
     if not Path(ft.reward_model).exists():

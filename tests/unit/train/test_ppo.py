@@ -220,7 +220,8 @@ def test_the_demo_ppo_raises_the_reward_of_the_demo_reward_model(tmp_path):
     assert rm_result["metrics"]["eval_accuracy"] > 0.6  # the reward model tells chosen from rejected
 
     config = load_config(REPO / "examples" / "ppo_lora_demo.yaml",
-                         {**paths, "output_dir": str(tmp_path / "ppo"), "reward_model": str(tmp_path / "rm")})
+                         {**paths, "output_dir": str(tmp_path / "ppo"), "reward_model": str(tmp_path / "rm"),
+                          "reward_model_config": None})  # the flow's subflow, done here by hand
     dataset = build_dataset(config)
     result = ppo.run(config, dataset, [])
     log = [json.loads(line) for line in (tmp_path / "ppo" / "trainer_log.jsonl").read_text().splitlines()]

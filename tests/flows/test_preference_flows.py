@@ -1,0 +1,64 @@
+"""dpo and ppo through the whole flow on the tiny model, against a real Prefect API and MLflow store: the
+reference step is a cache hit across a pref_beta sweep, and ppo trains its reward model first as a subflow."""
+
+import shutil
+
+import pytest
+import yaml
+from test_finetune_flow import REPO, STEPS, run_flow
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("preference")
+    shutil.copytree(REPO / "data", root / "data")
+    common = {"model_name_or_path": str(tiny_model_dir), "finetuning_type": "lora", "lora_rank": 8,
+              "dataset_dir": str(root / "data"), "template": "chatml", "cutoff_len": 64, "logging_steps": 2,
+              "per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "learning_rate": 3.0e-3,
+              "pipeline_cache_dir": str(root / "cache"), "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}",
+              "mlflow_experiment": "preference-flows", "eval_max_samples": 8, "save_steps": 10}
+    configs = {
+        "dpo": {"stage": "dpo", "dataset": "demo_pref", "eval_dataset": "demo_pref_eval", "max_samples": 64,
+                "max_steps": 6, "output_dir": str(root / "dpo")},
+        "rm": {"stage": "rm", "dataset": "demo_pref", "max_samples": 64, "val_size": 16, "max_steps": 8,
+               "output_dir": str(root / "rm")},
+        "ppo": {"stage": "ppo", "dataset": "demo_sft", "max_samples": 48, "val_size": 8, "max_steps": 3,
+                "per_device_train_batch_size": 4, "ppo_epochs": 1, "max_new_tokens": 4,
+                "reward_model_config": str(root / "rm.yaml"), "output_dir": str(root / "ppo")},
+    }
+    for name, values in configs.items():
+        (root / f"{name}.yaml").write_text(yaml.safe_dump({**common, **values}))
+    return root
+
+
+@pytest.mark.slow
+def test_dpo_sweep_over_pref_beta_reuses_the_reference_log_probs(prefect_api, root):
+    result, states = run_flow(root / "dpo.yaml")
+    assert set(states) == STEPS and states["build-reference-model"] == ["Completed"], states
+    assert "reward_accuracy" in result["tuned"] and "reward_accuracy" in result["base"]
+
+    _, states = run_flow(root / "dpo.yaml", ["pref_beta=0.3", f"output_dir={root / 'dpo_beta'}"])
+    assert states["build-reference-model"] == ["Cached"], states
+    assert states["train"] == ["Completed"], states
+
+
+@pytest.mark.slow
+def test_ppo_trains_its_reward_model_first_as_a_subflow(prefect_api, root):
+    from mlflow import MlflowClient
+
+    result, states = run_flow(root / "ppo.yaml")
+    assert STEPS <= set(states) and states["train"] == ["Completed"], states
+    assert (root / "rm" / "adapter_config.json").is_file(), "the rm subflow trained the reward model"
+    assert {"reward"} == set(result["base"]) == set(result["tuned"])
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    params = client.get_run(result["mlflow_run_id"]).data.params
+    assert params["reward_model"] == str(root / "rm") and params["stage"] == "ppo"
+    stages = {run.data.params.get("stage") for run in client.search_runs(
+        [client.get_experiment_by_name("preference-flows").experiment_id])}
+    assert {"rm", "ppo"} <= stages, "the reward model has its own MLflow run"
+
+    marker = (root / "rm" / "TRAIN_COMPLETE.json").stat().st_mtime_ns
+    again, states = run_flow(root / "ppo.yaml")
+    assert all(set(s) == {"Cached"} for name, s in states.items() if name in STEPS), states
+    assert (root / "rm" / "TRAIN_COMPLETE.json").stat().st_mtime_ns == marker, "the reward model is not retrained"
+    assert again["mlflow_run_id"] == result["mlflow_run_id"]
