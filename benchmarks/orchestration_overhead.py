@@ -2,16 +2,18 @@
 
     .venv/bin/python benchmarks/orchestration_overhead.py [--steps 200]
 
-Runs the same SFT LoRA training (a) through the bare entry point `python -m tuneline.train` and (b) through
-`tuneline train` (the Prefect flow on the ephemeral API, with evaluation, plots and model card), then (c) the
-same flow command again, which must be a full cache hit. Prints the wall times, the flow's extra share, and
-the extra once the evaluation tasks (work the bare run does not do) are taken out, read from Prefect's own
-task-run records. Figures are printed, never asserted.
+Runs the same SFT LoRA training (a) through the bare entry point `python -m tuneline.train`, (a') the same
+through `accelerate launch` as the flow's train step does, and (b) through `tuneline train` (the Prefect flow
+on the ephemeral API, with evaluation, plots and model card), then (c) the same flow command again, which must
+be a full cache hit. Prints the wall times, each run's training-loop time (the Trainer's train_runtime), the
+flow's extra share, and the extra once the evaluation tasks (work the bare run does not do) are taken out, read
+from Prefect's own task-run records. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -23,6 +25,9 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+
+from tuneline.config import load_config
+from tuneline.train.launch import launch_command
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -52,6 +57,9 @@ def main() -> None:
                     f"build_dataset; build_dataset(load_config('{root / 'bare.yaml'}'))"], check=True, env=env,
                    cwd=REPO)  # tokenize once so both timings start from a warm dataset cache
     t_bare = timed([str(BIN / "python"), "-m", "tuneline.train", str(root / "bare.yaml")], env)
+    launched = dict(config, output_dir=str(root / "launched"))  # the same, through `accelerate launch` as `train` does
+    (root / "launched.yaml").write_text(yaml.safe_dump(launched))
+    t_launched = timed(launch_command(load_config(root / "launched.yaml"), root / "launched.yaml"), env)
 
     flow = dict(config, output_dir=str(root / "flow"))
     (root / "flow.yaml").write_text(yaml.safe_dump(flow))
@@ -59,9 +67,12 @@ def main() -> None:
     t_cached = timed([str(BIN / "tuneline"), "train", str(root / "flow.yaml")], env)
 
     print(f"training steps:                 {args.steps}")
-    print(f"bare entry point:               {t_bare:8.1f} s")
+    print(f"bare entry point:               {t_bare:8.1f} s   (of which training {train_runtime(root / 'bare'):.1f} s)")
+    print(f"the same via accelerate launch: {t_launched:8.1f} s   (of which training "
+          f"{train_runtime(root / 'launched'):.1f} s)")
     print(f"flow (7 steps, ephemeral API):  {t_flow:8.1f} s   extra {t_flow - t_bare:+.1f} s "
           f"({100 * (t_flow - t_bare) / t_bare:+.1f}%; includes base+tuned evaluation, plots, card)")
+    print(f"  training inside the flow:     {train_runtime(root / 'flow'):8.1f} s")
     evaluation = task_seconds(env, "evaluate")
     t_orch = t_flow - evaluation
     print(f"  of which evaluate (base+tuned): {evaluation:6.1f} s   flow without them: {t_orch:.1f} s, extra "
@@ -69,6 +80,11 @@ def main() -> None:
     print(f"flow again, fully cached:       {t_cached:8.1f} s   (ephemeral API: starts a Prefect server each time)")
     first, second = cached_with_server(env, root)
     print(f"the same against a running `prefect server start`: {first:.1f} s (first contact), {second:.1f} s")
+
+
+def train_runtime(output_dir: Path) -> float:
+    """The Trainer's own train_runtime: the training loop alone, without process start or model loading."""
+    return float(json.loads((output_dir / "all_results.json").read_text())["train_runtime"])
 
 
 def cached_with_server(env: dict, root: Path) -> tuple[float, float]:
