@@ -168,3 +168,18 @@ def test_launch_command_uses_the_shipped_accelerate_and_deepspeed_configs(tiny_m
         assert json.loads(Path(path).read_text())["zero_optimization"]["stage"] == stage
         config = make_config(tiny_model_dir, tmp_path / "out", deepspeed=path)
         assert translate_training_keys(config.training)["deepspeed"] == path  # reaches TrainingArguments as is
+
+
+def test_cpu_processes_get_the_cores_not_one_thread(tiny_model_dir, tmp_path, monkeypatch):
+    """accelerate turns --num_cpu_threads_per_process into the child's OMP_NUM_THREADS; left out, it is 1."""
+    from tuneline.train.launch import launch_command
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, whatever this machine has
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    for processes in (1, 2):
+        cmd = launch_command(make_config(tiny_model_dir, tmp_path / "out", num_processes=processes), "c.yaml")
+        assert cmd[cmd.index("--num_cpu_threads_per_process") + 1] == str(max(1, cores // processes))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice wins
+    cmd = launch_command(make_config(tiny_model_dir, tmp_path / "out"), "c.yaml")
+    assert cmd[cmd.index("--num_cpu_threads_per_process") + 1] == "3"
