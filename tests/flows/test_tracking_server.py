@@ -201,3 +201,7 @@ def test_server_lost_during_training_metrics_spooled_then_sent_none_lost(server,
     assert tracking.metric_history(uri, run_id, "loss") == [(s, float(s)) for s in range(1, 17)]
     assert tracking.metric_history(uri, run_id, "grad_norm") == [(s, s / 10) for s in range(6, 17)]
     assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "fresh") == tmp_path / "fresh/checkpoint-5"
+    # pruning to save_total_limit works through the server's artifact proxy too
+    assert tracking.log_checkpoint(run_id, _checkpoint(out, 20), train_key="k") == "checkpoints/checkpoint-20"
+    assert tracking.prune_logged_checkpoints(run_id, 1, tracking_uri=uri) == ["checkpoint-5"]
+    assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "again") == tmp_path / "again/checkpoint-20"

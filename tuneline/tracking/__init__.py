@@ -10,6 +10,7 @@ from tuneline.tracking.artifacts import (
     log_and_register_model,
     log_artifacts,
     log_checkpoint,
+    prune_logged_checkpoints,
     register_model,
 )
 from tuneline.tracking.background import BackgroundStepLogger
@@ -41,6 +42,7 @@ __all__ = [
     "log_and_register_model",
     "log_artifacts",
     "log_checkpoint",
+    "prune_logged_checkpoints",
     "log_metrics",
     "log_params",
     "metric_history",

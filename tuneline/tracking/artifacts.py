@@ -74,6 +74,38 @@ def log_checkpoint(
     return artifact_path
 
 
+def prune_logged_checkpoints(run_id: str, keep: int, *, tracking_uri: str | None = None,
+                             protect: str | None = None) -> list[str]:
+    """Delete all but the `keep` newest complete checkpoints of the run (never `protect`, e.g. the best one), as
+    `save_total_limit` does on disk; returns the names deleted.
+
+    Each one loses its completion marker first, so one half deleted is never trusted by a resume. Uploads cut
+    short below the newest complete checkpoint go too: nothing will complete them. Best effort: a store that
+    cannot delete (some artifact backends) keeps them, with a warning.
+    """
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    uri = uri_for(run_id, tracking_uri)
+    deleted = []
+    try:
+        client = client_for(uri)
+        complete = logged_checkpoints(client, run_id)
+        kept = {name for _, name in complete[:keep]} | {protect}
+        newest = complete[0][0] if complete else -1
+        names = [info.path.rsplit("/", 1)[-1] for info in client.list_artifacts(run_id, CHECKPOINTS) if info.is_dir]
+        doomed = [name for name in names if name not in kept and _CHECKPOINT_NAME.match(name)
+                  and int(_CHECKPOINT_NAME.match(name).group(1)) < newest]
+        repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri, tracking_uri=uri)
+        for name in doomed:
+            if name in {n for _, n in complete}:
+                repo.delete_artifacts(f"{CHECKPOINTS}/{name}/{CHECKPOINT_MARKER}")
+            repo.delete_artifacts(f"{CHECKPOINTS}/{name}")
+            deleted.append(name)
+    except Exception as err:  # noqa: BLE001 - pruning runs inside training and must never stop it
+        log.warning("old checkpoints not pruned from MLflow (%s); they stay", err)
+    return deleted
+
+
 def logged_checkpoints(client, run_id: str) -> list[tuple[int, str]]:
     """(step, name) of every checkpoint logged completely, highest step first."""
     found = []

@@ -4,7 +4,8 @@ With `mlflow_log_checkpoints: true`, `MlflowCheckpointCallback` uploads each che
 safe: transformers calls `on_save` right after `Trainer._save_checkpoint` returns, and TunelineTrainer's
 `_save_checkpoint` returns only after `.partial/checkpoint-N` was renamed to `checkpoint-N` (and rotation ran),
 so what is uploaded is whole. A test pins this order. The upload is synchronous (training waits for it): a
-checkpoint is uploaded once per `save_steps`, and a failed upload (server down) only warns.
+checkpoint is uploaded once per `save_steps`, and a failed upload (server down) only warns. With
+`save_total_limit`, older checkpoints are then deleted from the run as they are from output_dir.
 
 `restore_checkpoint_from_mlflow` is the other half: when output_dir holds no complete checkpoint, it downloads
 the run's last complete one (for the same train key) so training resumes from it.
@@ -56,6 +57,11 @@ class MlflowCheckpointCallback(TrainerCallback):
         logged = log_checkpoint(run_id, checkpoint, tracking_uri=uri, train_key=_train_key(self.output_dir))
         if logged:
             self.logged.append(logged)
+            if args.save_total_limit:  # MLflow keeps what output_dir keeps, not every checkpoint ever saved
+                from tuneline.tracking import prune_logged_checkpoints
+
+                best = Path(state.best_model_checkpoint).name if state.best_model_checkpoint else None
+                prune_logged_checkpoints(run_id, args.save_total_limit, tracking_uri=uri, protect=best)
 
 
 def _explicit_resume_path(config) -> bool:

@@ -218,3 +218,35 @@ def test_restore_with_the_store_unreachable_fails_fast_and_clearly(tiny_model_di
     assert time.monotonic() - start < 5
     message = str(err.value)
     assert run_id in message and str(out) in message and "mlflow_log_checkpoints: false" in message
+
+
+def test_mlflow_keeps_only_the_newest_checkpoints_like_save_total_limit(tmp_path, mlflow_run):
+    uri, run_id = mlflow_run
+    logged = tmp_path / "logged"
+    partial = _fake_checkpoint(tmp_path / "partial", 1)  # an upload cut short long ago: no marker
+    client(uri).log_artifacts(run_id, str(partial), "checkpoints/checkpoint-1")
+    for step in (2, 4, 6, 8):
+        tracking.log_checkpoint(run_id, _fake_checkpoint(logged, step), train_key="key-1")
+
+    deleted = tracking.prune_logged_checkpoints(run_id, 2, protect="checkpoint-2")  # e.g. the best one
+    assert sorted(deleted) == ["checkpoint-1", "checkpoint-4"]
+    store = client(uri)
+    assert logged_checkpoints(store, run_id) == [(8, "checkpoint-8"), (6, "checkpoint-6"), (2, "checkpoint-2")]
+    left = {info.path for info in store.list_artifacts(run_id, "checkpoints")}
+    assert left == {"checkpoints/checkpoint-2", "checkpoints/checkpoint-6", "checkpoints/checkpoint-8"}
+    assert tracking.prune_logged_checkpoints(run_id, 2, protect="checkpoint-2") == []  # nothing more to do
+
+
+def test_training_prunes_mlflow_checkpoints_to_save_total_limit(tiny_model_dir, tokenizer, tmp_path, mlflow_run):
+    from test_trainers import build
+
+    uri, run_id = mlflow_run
+    config = make_config(tiny_model_dir, tmp_path / "out", max_steps=6, save_steps=2, save_total_limit=1,
+                         mlflow_log_checkpoints=True)
+    lock, _ = prepare_output_dir(config, "train-key-1", run_id)
+    lock.release()
+    trainer, _ = build(config, "sft", tokenizer, make_splits(tokenizer, train=24, validation=4))
+    trainer.train()
+    metrics_callback(trainer).close()
+    assert logged_checkpoints(client(uri), run_id) == [(6, "checkpoint-6")]
+    assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == ["checkpoint-6"]  # as on disk
