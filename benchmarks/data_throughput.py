@@ -182,6 +182,8 @@ def main() -> None:
         model = str(build_tiny_model(work / "model", **TINY_PRESETS["test"]))
     rows = synthetic_rows(args.rows)
     write_data(work / "data", rows)
+    if args.llamafactory_python and args.template == "auto":
+        parser.error("LLaMA-Factory has no 'auto' template: pass --template chatml (the tiny tokenizer's format)")
     print(f"{args.rows} alpaca rows, tokenizer {model}, template {args.template}, workdir {work}")
     for workers in (1, 2):
         r = time_cold(work, model, workers, args.template)
