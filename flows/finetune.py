@@ -36,7 +36,8 @@ def _with_cache(config: RunConfig, task):
 def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
     config = load_config(config_path, overrides)
     if config.pipeline.reward_model_config:  # ppo: its reward model is trained (or found cached) first
-        reward = finetune(config.pipeline.reward_model_config)
+        reward = finetune(config.pipeline.reward_model_config,
+                          ["refresh_cache=true"] if config.pipeline.refresh_cache else [])  # --no-cache: all of it
         overrides = [*(overrides or []), *reward_model_overrides(config.pipeline.reward_model_config,
                                                                  reward["output_dir"])]
         config = load_config(config_path, overrides)
