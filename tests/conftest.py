@@ -21,3 +21,30 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def demo_data_dir() -> Path:
     """The repo's data/ folder: the demo datasets and their dataset_info.json."""
     return REPO_ROOT / "data"
+
+
+@pytest.fixture(scope="session")
+def empty_mlflow_store(tmp_path_factory) -> Path:
+    """An MLflow SQLite file with its schema: creating one costs 10-20 s here, copying it milliseconds."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}", registry_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture(scope="session")
+def fake_checkpoint():
+    """`write(folder, step)`: `folder/checkpoint-<step>` as a LoRA training leaves one (random adapter weights and
+    trainer_state.json), for tests of logging, pruning and restoring checkpoints without training."""
+    import json
+    import os
+
+    def write(folder: Path, step: int) -> Path:
+        ckpt = folder / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "adapter_model.safetensors").write_bytes(os.urandom(64))
+        (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        return ckpt
+
+    return write

@@ -157,20 +157,12 @@ def test_tracks_a_run_over_http(server, tmp_path):
 # --- the server drops during training, and comes back ----------------------------------------------------------
 
 
-def _checkpoint(folder: Path, step: int) -> Path:
-    ckpt = folder / f"checkpoint-{step}"
-    ckpt.mkdir(parents=True)
-    (ckpt / "model.safetensors").write_bytes(os.urandom(64))
-    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    return ckpt
-
-
 @pytest.mark.slow
-def test_server_lost_during_training_metrics_spooled_then_sent_none_lost(server, tmp_path):
+def test_server_lost_during_training_metrics_spooled_then_sent_none_lost(server, tmp_path, fake_checkpoint):
     uri = server.uri
     run_id = tracking.open_run(uri, "http-outage", "work-2", "outage", {})
     out = tmp_path / "out"
-    assert tracking.log_checkpoint(run_id, _checkpoint(out, 5), train_key="k") == "checkpoints/checkpoint-5"
+    assert tracking.log_checkpoint(run_id, fake_checkpoint(out, 5), train_key="k") == "checkpoints/checkpoint-5"
     # what training uses: the spooling logger behind its worker thread
     logger = tracking.BackgroundStepLogger(tracking.StepMetricLogger(run_id, uri, out, retry_interval_s=0.5))
     for step in range(1, 6):
@@ -187,7 +179,7 @@ def test_server_lost_during_training_metrics_spooled_then_sent_none_lost(server,
     assert time.monotonic() - start < 10  # a down server costs milliseconds per step, not HTTP retries
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
     start = time.monotonic()
-    assert tracking.log_checkpoint(run_id, _checkpoint(out, 10)) is None  # skipped with a warning
+    assert tracking.log_checkpoint(run_id, fake_checkpoint(out, 10)) is None  # skipped with a warning
     assert time.monotonic() - start < 2
     assert spooled_count(run_id, out) == 20  # still down: every value waits in the spool
     spooled = [json.loads(line) for line in (out / SPOOL_NAME).read_text().splitlines()]
@@ -202,6 +194,6 @@ def test_server_lost_during_training_metrics_spooled_then_sent_none_lost(server,
     assert tracking.metric_history(uri, run_id, "grad_norm") == [(s, s / 10) for s in range(6, 17)]
     assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "fresh") == tmp_path / "fresh/checkpoint-5"
     # pruning to save_total_limit works through the server's artifact proxy too
-    assert tracking.log_checkpoint(run_id, _checkpoint(out, 20), train_key="k") == "checkpoints/checkpoint-20"
+    assert tracking.log_checkpoint(run_id, fake_checkpoint(out, 20), train_key="k") == "checkpoints/checkpoint-20"
     assert tracking.prune_logged_checkpoints(run_id, 1, tracking_uri=uri) == ["checkpoint-5"]
     assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "again") == tmp_path / "again/checkpoint-20"

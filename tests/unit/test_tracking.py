@@ -16,17 +16,9 @@ from tuneline.errors import UserError
 from tuneline.tracking.step_logger import SPOOL_NAME
 
 
-@pytest.fixture(scope="module")
-def empty_store(tmp_path_factory) -> Path:
-    """An MLflow SQLite file with its schema: creating one costs 10-20 s here, copying it milliseconds."""
-    db = tmp_path_factory.mktemp("template") / "mlflow.db"
-    client(f"sqlite:///{db}").search_experiments()
-    return db
-
-
 @pytest.fixture
-def uri(tmp_path: Path, empty_store: Path) -> str:
-    shutil.copy(empty_store, tmp_path / "mlflow.db")
+def uri(tmp_path: Path, empty_mlflow_store: Path) -> str:
+    shutil.copy(empty_mlflow_store, tmp_path / "mlflow.db")
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
@@ -302,22 +294,14 @@ def test_step_logger_raises_for_errors_a_retry_cannot_fix(uri, tmp_path):
 # --- artifacts, checkpoints, model -------------------------------------------------------------------------
 
 
-def _write_checkpoint(folder: Path, step: int) -> Path:
-    ckpt = folder / f"checkpoint-{step}"
-    ckpt.mkdir(parents=True)
-    (ckpt / "adapter_model.safetensors").write_bytes(os.urandom(64))
-    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    return ckpt
-
-
-def test_checkpoint_log_and_download_into_empty_dir(uri, tmp_path):
+def test_checkpoint_log_and_download_into_empty_dir(uri, tmp_path, fake_checkpoint):
     run_id = tracking.open_run(uri, "e", "k", "r", {})
     assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "none") is None
     out = tmp_path / "out"
     for step in (2, 10, 4):
-        assert tracking.log_checkpoint(run_id, _write_checkpoint(out, step)) == f"checkpoints/checkpoint-{step}"
+        assert tracking.log_checkpoint(run_id, fake_checkpoint(out, step)) == f"checkpoints/checkpoint-{step}"
     # a checkpoint whose upload never finished (no completion marker) is not trusted
-    partial = _write_checkpoint(tmp_path / "partial", 12)
+    partial = fake_checkpoint(tmp_path / "partial", 12)
     client(uri).log_artifacts(run_id, str(partial), "checkpoints/checkpoint-12")
 
     dest = tmp_path / "fresh_output"
@@ -330,14 +314,14 @@ def test_checkpoint_log_and_download_into_empty_dir(uri, tmp_path):
     assert [p.name for p in dest.iterdir()] == ["checkpoint-10"]  # no temporary folder left
 
     # with a train key, checkpoints logged for another key are passed over
-    tracking.log_checkpoint(run_id, _write_checkpoint(out, 16), train_key="other-config")
+    tracking.log_checkpoint(run_id, fake_checkpoint(out, 16), train_key="other-config")
     keyed = tracking.download_latest_checkpoint(run_id, uri, tmp_path / "keyed", train_key="this-config")
     assert keyed == tmp_path / "keyed/checkpoint-10"  # checkpoint-10's marker names no key: accepted
     assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "any") == tmp_path / "any/checkpoint-16"
 
     start = time.monotonic()  # server gone during training: the checkpoint is skipped, training goes on
     down = f"http://127.0.0.1:{free_port()}"
-    assert tracking.log_checkpoint(run_id, _write_checkpoint(out, 14), tracking_uri=down) is None
+    assert tracking.log_checkpoint(run_id, fake_checkpoint(out, 14), tracking_uri=down) is None
     assert time.monotonic() - start < 5
 
 

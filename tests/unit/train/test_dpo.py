@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-import torch
+from train_helpers import nudge, preference_trainer
 
 from tuneline.config import load_config
 from tuneline.data import build_dataset, load_processed
@@ -16,7 +16,6 @@ from tuneline.model import load_model, load_tokenizer
 from tuneline.reference import build_reference_logps, load_reference_model
 from tuneline.step_cache import cached_step
 from tuneline.train.dpo import DPOTrainer
-from tuneline.train.trainer_base import StageSpec, build_trainer
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 
@@ -35,20 +34,7 @@ def make_config(tmp_path, model_dir, cache_dir, **overrides):
     return load_config(overrides=values)
 
 
-def make_trainer(config, policy, tokenizer, datasets, ref_model):
-    from tuneline.data import build_collator
-
-    spec = StageSpec(name="dpo", trainer_class=partial(DPOTrainer, ref_model=ref_model))
-    return build_trainer(config, spec, policy, tokenizer, datasets, build_collator("dpo", tokenizer), [])
-
-
-def nudge(model, scale=0.05):
-    """Move the trainable weights so the policy differs from its reference."""
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(torch.randn(param.shape, generator=generator) * scale)
+make_trainer = partial(preference_trainer, DPOTrainer)
 
 
 @pytest.mark.parametrize(("finetuning_type", "pref_loss"), [("lora", "sigmoid"), ("full", "ipo"),

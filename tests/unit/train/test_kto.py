@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import nudge, preference_trainer
 
 from tuneline.config import load_config
-from tuneline.data import build_collator, build_dataset, load_processed
+from tuneline.data import build_dataset, load_processed
 from tuneline.model import load_model, load_tokenizer
 from tuneline.reference import build_reference_logps, load_reference_model
 from tuneline.step_cache import cached_step
 from tuneline.train.kto import KTOTrainer
 from tuneline.train.logps import completion_logps
-from tuneline.train.trainer_base import StageSpec, build_trainer
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 
@@ -37,18 +37,7 @@ def make_config(tmp_path, model_dir, cache_dir, **overrides):
     return load_config(overrides=values)
 
 
-def make_trainer(config, policy, tokenizer, datasets, ref_model):
-    spec = StageSpec(name="kto", trainer_class=partial(KTOTrainer, ref_model=ref_model))
-    return build_trainer(config, spec, policy, tokenizer, datasets, build_collator("kto", tokenizer), [])
-
-
-def nudge(model, scale=0.05):
-    """Move the trainable weights so the policy differs from its reference."""
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(torch.randn(param.shape, generator=generator) * scale)
+make_trainer = partial(preference_trainer, KTOTrainer)
 
 
 @pytest.mark.parametrize("finetuning_type", ["lora", "full"])

@@ -6,7 +6,6 @@ Real MLflow (a SQLite store per test, copied from a template whose schema is bui
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import time
@@ -30,18 +29,10 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-@pytest.fixture(scope="module")
-def empty_store(tmp_path_factory) -> Path:
-    """An MLflow SQLite file with its schema: creating one costs 10-20 s here, copying it milliseconds."""
-    db = tmp_path_factory.mktemp("template") / "mlflow.db"
-    client(f"sqlite:///{db}").search_experiments()
-    return db
-
-
 @pytest.fixture
-def mlflow_run(tmp_path, empty_store, monkeypatch) -> tuple[str, str]:
+def mlflow_run(tmp_path, empty_mlflow_store, monkeypatch) -> tuple[str, str]:
     """A run in a fresh store, passed to training the way the launcher does: MLFLOW_RUN_ID + MLFLOW_TRACKING_URI."""
-    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    shutil.copy(empty_mlflow_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = tracking.open_run(uri, "checkpoints", "work-key", "ckpt test", {})
     monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
@@ -154,20 +145,12 @@ def test_real_checkpoints_logged_restored_into_empty_dir_and_resumed_exactly(
     assert [v for _, v in history] == pytest.approx(logged(tmp_path / "reference", "loss"), abs=1e-5)
 
 
-def _fake_checkpoint(folder: Path, step: int) -> Path:
-    ckpt = folder / f"checkpoint-{step}"
-    ckpt.mkdir(parents=True)
-    (ckpt / "model.safetensors").write_bytes(os.urandom(32))
-    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    return ckpt
-
-
-def test_restore_takes_the_newest_checkpoint_of_this_train_key(tiny_model_dir, tmp_path, mlflow_run):
+def test_restore_takes_the_newest_checkpoint_of_this_train_key(tiny_model_dir, tmp_path, mlflow_run, fake_checkpoint):
     uri, run_id = mlflow_run
     logged = tmp_path / "logged"
-    tracking.log_checkpoint(run_id, _fake_checkpoint(logged, 2), train_key="key-1")
-    tracking.log_checkpoint(run_id, _fake_checkpoint(logged, 4), train_key="key-2")  # another configuration
-    partial = _fake_checkpoint(tmp_path / "partial", 6)  # an upload cut short: no completion marker
+    tracking.log_checkpoint(run_id, fake_checkpoint(logged, 2), train_key="key-1")
+    tracking.log_checkpoint(run_id, fake_checkpoint(logged, 4), train_key="key-2")  # another configuration
+    partial = fake_checkpoint(tmp_path / "partial", 6)  # an upload cut short: no completion marker
     client(uri).log_artifacts(run_id, str(partial), "checkpoints/checkpoint-6")
 
     out = tmp_path / "out"
@@ -176,7 +159,7 @@ def test_restore_takes_the_newest_checkpoint_of_this_train_key(tiny_model_dir, t
     (out / ".tmp-checkpoint-4-dead").mkdir()  # a download killed midway
     config = make_config(tiny_model_dir, out, mlflow_log_checkpoints=True)
     assert restore_checkpoint_from_mlflow(config, out) == out / "checkpoint-2"
-    weights = "checkpoint-2/model.safetensors"
+    weights = "checkpoint-2/adapter_model.safetensors"
     assert (out / weights).read_bytes() == (logged / weights).read_bytes()
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "run.json"]
     assert restore_checkpoint_from_mlflow(config, out) is None  # a local checkpoint exists now: nothing to do
@@ -185,13 +168,13 @@ def test_restore_takes_the_newest_checkpoint_of_this_train_key(tiny_model_dir, t
     assert restore_checkpoint_from_mlflow(config, unkeyed) == unkeyed / "checkpoint-4"
 
 
-def test_restore_only_when_asked_and_needed(tiny_model_dir, tmp_path, mlflow_run, monkeypatch):
+def test_restore_only_when_asked_and_needed(tiny_model_dir, tmp_path, mlflow_run, monkeypatch, fake_checkpoint):
     _, run_id = mlflow_run
     out = tmp_path / "out"
     assert restore_checkpoint_from_mlflow(make_config(tiny_model_dir, out, mlflow_log_checkpoints=True), out) is None
     assert not out.exists()  # the run logged no checkpoint: nothing created
 
-    tracking.log_checkpoint(run_id, _fake_checkpoint(tmp_path / "logged", 3))
+    tracking.log_checkpoint(run_id, fake_checkpoint(tmp_path / "logged", 3))
     off = make_config(tiny_model_dir, out)  # mlflow_log_checkpoints defaults to false
     assert restore_checkpoint_from_mlflow(off, out) is None
     explicit = make_config(tiny_model_dir, out, mlflow_log_checkpoints=True,
@@ -220,13 +203,13 @@ def test_restore_with_the_store_unreachable_fails_fast_and_clearly(tiny_model_di
     assert run_id in message and str(out) in message and "mlflow_log_checkpoints: false" in message
 
 
-def test_mlflow_keeps_only_the_newest_checkpoints_like_save_total_limit(tmp_path, mlflow_run):
+def test_mlflow_keeps_only_the_newest_checkpoints_like_save_total_limit(tmp_path, mlflow_run, fake_checkpoint):
     uri, run_id = mlflow_run
     logged = tmp_path / "logged"
-    partial = _fake_checkpoint(tmp_path / "partial", 1)  # an upload cut short long ago: no marker
+    partial = fake_checkpoint(tmp_path / "partial", 1)  # an upload cut short long ago: no marker
     client(uri).log_artifacts(run_id, str(partial), "checkpoints/checkpoint-1")
     for step in (2, 4, 6, 8):
-        tracking.log_checkpoint(run_id, _fake_checkpoint(logged, step), train_key="key-1")
+        tracking.log_checkpoint(run_id, fake_checkpoint(logged, step), train_key="key-1")
 
     deleted = tracking.prune_logged_checkpoints(run_id, 2, protect="checkpoint-2")  # e.g. the best one
     assert sorted(deleted) == ["checkpoint-1", "checkpoint-4"]

@@ -76,3 +76,26 @@ def make_splits(tokenizer, stage: str = "sft", train: int = 32, validation: int 
     build = rm_rows if stage == "rm" else sft_rows
     return DatasetDict({"train": Dataset.from_dict(build(tokenizer, train)),
                         "validation": Dataset.from_dict(build(tokenizer, validation, offset=train))})
+
+
+def preference_trainer(trainer_class, config, policy, tokenizer, datasets, ref_model):
+    """A dpo or kto trainer (config.stage) built as the stage builds it, with the reference model given (None:
+    the rows carry precomputed reference log-probs)."""
+    from functools import partial
+
+    from tuneline.data import build_collator
+    from tuneline.train.trainer_base import StageSpec, build_trainer
+
+    spec = StageSpec(name=config.stage, trainer_class=partial(trainer_class, ref_model=ref_model))
+    return build_trainer(config, spec, policy, tokenizer, datasets, build_collator(config.stage, tokenizer), [])
+
+
+def nudge(model, scale=0.05):
+    """Move the trainable weights so the policy differs from its reference."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn(param.shape, generator=generator) * scale)
