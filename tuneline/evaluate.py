@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.model.fingerprint import model_fingerprint, reward_model_fingerprint
 from tuneline.step_cache import cached_step
 
@@ -38,7 +38,7 @@ PPO_EVAL_KEYS = ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens",
 
 def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
     """Key of one evaluation result."""
-    reward_model = reward_model_fingerprint(config)
+    reward_model = reward_model_fingerprint(config, memo_dir(config))  # memoised: a large reward model is read once
     sampling = config.slice(*PPO_EVAL_KEYS) if reward_model else None
     return fingerprint("evaluate", EVAL_VERSION, _code_version(), model_key, dataset_fingerprint,
                        config.slice(*EVAL_KEYS), reward_model, sampling)

@@ -15,6 +15,12 @@ from typing import Any
 
 _CHUNK = 1 << 20
 _MEMO_NAME = "file_hashes.json"
+MEMO_DIR = "file-hashes"
+
+
+def memo_dir(config) -> Path:
+    """The file-hash memo of a run's cache: one for every step keyed on file contents, so each file is read once."""
+    return Path(config.pipeline.pipeline_cache_dir) / MEMO_DIR
 
 
 def fingerprint(*parts: Any) -> str:

@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.losses import REFERENCE_FREE
 from tuneline.step_cache import cached_step
 
@@ -67,8 +67,7 @@ def reference_fingerprint(config, dataset_fingerprint: str) -> str:
     ft = config.finetuning
     if not needs_reference(config):
         return fingerprint("no-reference", config.stage, ft.pref_loss)
-    memo = Path(config.pipeline.pipeline_cache_dir) / "file-hashes"
-    hasher = FileHasher(memo)
+    hasher = FileHasher(memo_dir(config))
     source = reference_source(config)
     content = {
         "model": _model_content(hasher, source["model"], config.model.model_revision),

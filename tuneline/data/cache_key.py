@@ -8,16 +8,14 @@ revision, subset and split.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tuneline.config.run_config import RunConfig
 from tuneline.data.registry import DatasetAttr, dataset_attrs
-from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
 PROCESSING_VERSION = "2"
-MEMO_DIR = "file-hashes"
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
     "interleave_probs", "default_system", "tool_format", "preprocessing_batch_size", "on_bad_rows",
@@ -34,10 +32,6 @@ def effective_packing(config: RunConfig) -> bool:
 def seed_of(config: RunConfig) -> int:
     training = config.training
     return int(training.get("data_seed") or training.get("seed") or 42)
-
-
-def memo_dir(config: RunConfig) -> Path:
-    return Path(config.pipeline.pipeline_cache_dir) / MEMO_DIR
 
 
 def _source_key(attr: DatasetAttr, dataset_dir: str, hasher: FileHasher) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tuneline import __version__
 from tuneline.config import RunConfig
-from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.model.fingerprint import reward_model_fingerprint
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
@@ -36,10 +36,6 @@ def code_version(*subpackages: str) -> str:
         paths = [root] if root.is_file() else sorted(root.rglob("*.py"))
         files.update({str(p.relative_to(PACKAGE_ROOT)): hasher.hash_file(p) for p in paths})
     return fingerprint(__version__, files)
-
-
-def memo_dir(config: RunConfig) -> Path:
-    return Path(config.pipeline.pipeline_cache_dir) / "file-hashes"
 
 
 def tokenizer_key(config: RunConfig) -> str:
