@@ -43,11 +43,21 @@ def _train(args) -> int:
     overrides = list(args.overrides) + (["refresh_cache=true"] if args.no_cache else [])
     load_config(args.config, overrides)  # fail fast, before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.finetune import finetune
+    from flows.api_server import prefect_api
 
-    result = finetune(args.config, overrides)
+    with prefect_api(warm_up=_import_flow_and_tracking):
+        from flows.finetune import finetune
+
+        result = finetune(args.config, overrides)
     print(json.dumps(result, indent=2, default=str))
     return 0
+
+
+def _import_flow_and_tracking() -> None:
+    """The imports a run needs first, done while Prefect's temporary server boots."""
+    import mlflow  # noqa: F401
+
+    import flows.finetune  # noqa: F401
 
 
 def _validate(args) -> int:

@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 
 from prefect import flow, runtime
+from prefect.settings import PREFECT_API_URL
 
 import tasks
+from flows.api_server import is_temporary
 from flows.artifacts import publish_run_artifacts
 from tuneline.config import RunConfig, load_config
 from tuneline.pipeline import keys, record
@@ -24,6 +26,11 @@ from tuneline.pipeline.steps import reward_model_overrides
 def _flow_run_name() -> str:
     params = runtime.flow_run.parameters
     return load_config(params["config_path"], params.get("overrides"), check_paths=False).run_name
+
+
+def _flow_run_url() -> str | None:
+    """The flow run's page in the Prefect UI; none where the API is a temporary server that stops with the run."""
+    return None if is_temporary(PREFECT_API_URL.value()) else runtime.flow_run.ui_url
 
 
 def _with_cache(config: RunConfig, task):
@@ -42,7 +49,7 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
                                                                  reward["output_dir"])]
         config = load_config(config_path, overrides)
     step = {name: _with_cache(config, getattr(tasks, name)) for name in tasks.__all__}
-    run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, runtime.flow_run.ui_url)
+    run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, _flow_run_url())
 
     tokenizer = step["load_tokenizer"](config)
     dataset = step["build_dataset"](config, tokenizer)
@@ -61,5 +68,7 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
             "registered_version": version}
 
 
-if __name__ == "__main__":
-    finetune(sys.argv[1], sys.argv[2:])
+if __name__ == "__main__":  # the same as `tuneline train CONFIG [key=value ...]`
+    from flows.cli import main
+
+    sys.exit(main(["train", *sys.argv[1:]]))

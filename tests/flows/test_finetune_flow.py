@@ -69,6 +69,8 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     run = client.get_run(result["mlflow_run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.params["learning_rate"] == "0.003" and run.data.params["stage"] == "sft"
+    flow_run_id = str(result["flow_run_id"])
+    assert run.data.tags["prefect.flow_run_url"].startswith("http") and flow_run_id in run.data.tags["prefect.flow_run_url"]
     losses = client.get_metric_history(run.info.run_id, "loss")
     steps = [m.step for m in losses]
     assert steps and steps == sorted(set(steps)), "train loss logged once per logging step, by global step"

@@ -1,0 +1,80 @@
+"""`tuneline train` without a configured Prefect API: the temporary server we start early, in real processes."""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env(home: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    return {**env, "PREFECT_HOME": str(home), "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _server_port(output: str) -> int:
+    match = re.search(r"temporary API server on http://127\.0\.0\.1:(\d+)/api", output)
+    assert match, output[-3000:]
+    return int(match.group(1))
+
+
+@pytest.mark.slow
+def test_cli_train_runs_on_a_temporary_server_and_stops_it(tmp_path, tiny_model_dir):
+    shutil.copytree(REPO / "data", tmp_path / "data")
+    config = {
+        "model_name_or_path": str(tiny_model_dir), "stage": "sft", "finetuning_type": "lora", "dataset": "demo_sft",
+        "eval_dataset": "demo_sft_eval", "dataset_dir": str(tmp_path / "data"), "template": "chatml",
+        "cutoff_len": 64, "max_samples": 64, "output_dir": str(tmp_path / "out"), "max_steps": 2,
+        "per_device_train_batch_size": 8, "pipeline_cache_dir": str(tmp_path / "cache"),
+        "mlflow_tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "mlflow_experiment": "cli-test",
+        "mlflow_registered_model": None, "eval_max_samples": 4, "eval_max_new_tokens": 2,
+    }
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "flows.cli", "train", str(path)]
+    runs = [subprocess.run(command, cwd=REPO, env=_env(tmp_path / "home"), capture_output=True, text=True,
+                           timeout=600) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert not _answers(_server_port(run.stderr)), "the temporary server must stop with the run"
+        assert "View at" not in run.stderr, "no links into a server that has stopped"
+    cached = re.findall(r"Task run '([\w-]+)[^']*' - Finished in state Cached", runs[1].stderr)
+    assert set(cached) >= {"load-tokenizer", "build-dataset", "train", "evaluate", "plot", "model-card"}, cached
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(config["mlflow_tracking_uri"])
+    [run] = client.search_runs([client.get_experiment_by_name("cli-test").experiment_id])
+    assert run.data.tags["prefect.flow_run_id"] and "prefect.flow_run_url" not in run.data.tags
+
+
+def test_temporary_server_dies_with_a_killed_parent(tmp_path):
+    script = ("from flows.api_server import prefect_api\nimport time\n"
+              "with prefect_api() as url:\n    print('READY', url, flush=True)\n    time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=_env(tmp_path), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = parent.stdout.readline()
+    assert line.startswith("READY"), parent.stderr.read()[-3000:] if parent.poll() is not None else line
+    port = int(line.rsplit(":", 1)[1].split("/")[0])
+    assert _answers(port)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while _answers(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _answers(port), "the server outlived its killed parent"
