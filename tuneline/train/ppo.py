@@ -5,14 +5,14 @@ Run through the flow (`tuneline train examples/ppo_lora_demo.yaml`) or in a trai
 
 Why a compact loop of our own: trl 1.16 has no PPO, and pinning trl 1.12 for `trl.experimental.ppo` would pin
 the whole project to an experimental trainer that wants its own dataset and reward-model shapes. One PPO step:
-sample `per_device_train_batch_size * ppo_buffer_size` prompts, generate answers with the generating config
+sample `per_device_train_batch_size * gradient_accumulation_steps * ppo_buffer_size` prompts, generate answers with the generating config
 (`max_new_tokens`, `top_k`, `top_p`, `temperature`), score them with the reward model, take the policy's, the
 reference's and the value head's per-token numbers, turn score and KL penalty into per-token rewards, estimate
 advantages with GAE, then `ppo_epochs` passes of clipped policy and value losses over mini-batches of
-`per_device_train_batch_size`. The arithmetic lives in `ppo_core` (pure functions), the models in `ppo_models`.
-Single process (no DDP/DeepSpeed yet). Checkpoints (policy, value head, optimizer, scheduler, KL coefficient,
-step) are complete or absent; after a resume the prompt order is reseeded from the step, so a resumed run
-continues from the same state but is not bit-identical to an uninterrupted one.
+`per_device_train_batch_size * gradient_accumulation_steps` (accumulated in micro-batches). The arithmetic
+lives in `ppo_core` (pure functions), the models in `ppo_models`.
+Single process (no DDP/DeepSpeed yet). Checkpoints are complete or absent and hold every state the next step
+depends on, so a run resumed from checkpoint k ends as the uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ class PPOLoop:
         self.params = params
         self.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,
                                            betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+        self.minibatch_order = torch.Generator().manual_seed(args.seed)  # checkpointed, as the global RNG is
+        self.log_window: dict[str, list[float]] = {}  # metrics since the last log, checkpointed too
 
     def generate(self, batch):
         return sample_answers(self.policy, self.tokenizer, batch, self.gen)
@@ -121,38 +123,46 @@ class PPOLoop:
         roll.kl = kl.sum(-1).mean().item()
         return roll
 
-    def optimise(self, roll: Rollout, generator) -> dict[str, float]:
-        """`ppo_epochs` passes of shuffled mini-batches; returns the mean losses."""
+    def optimise(self, roll: Rollout) -> dict[str, float]:
+        """`ppo_epochs` passes of shuffled mini-batches; returns the mean losses.
+
+        One optimizer step per `per_device_train_batch_size * gradient_accumulation_steps` answers, its
+        gradient accumulated over micro-batches of `per_device_train_batch_size` (as LLaMA-Factory's PPO).
+        """
         args, hyper = self.args, self.hyper
-        size = args.per_device_train_batch_size
+        micro = args.per_device_train_batch_size
+        size = micro * max(1, args.gradient_accumulation_steps)
         temperature = self.gen.temperature if self.gen.do_sample else 1.0
         sums: dict[str, float] = {}
         count = 0
         self.policy.train()
         for _ in range(self.config.finetuning.ppo_epochs):
-            order = torch.randperm(len(roll.ids), generator=generator)
+            order = torch.randperm(len(roll.ids), generator=self.minibatch_order)
             for start in range(0, len(order), size):
-                rows = order[start:start + size]
-                mask = roll.mask[rows]
-                logps, values = forward_tokens(self.policy, roll.ids[rows], roll.attention_mask[rows], temperature,
-                                               self.head)
-                pg, clipfrac = ppo_core.policy_loss(logps, roll.logps[rows], roll.advantages[rows], mask, hyper.clip)
-                vf = ppo_core.value_loss(values, roll.values[rows], roll.returns[rows], mask, hyper.clip_value)
-                loss = pg + hyper.vf_coef * vf
+                group = order[start:start + size]
                 self.optimizer.zero_grad()
-                loss.backward()
+                for rows in group.split(micro):
+                    mask = roll.mask[rows]
+                    logps, values = forward_tokens(self.policy, roll.ids[rows], roll.attention_mask[rows],
+                                                   temperature, self.head)
+                    pg, clipfrac = ppo_core.policy_loss(logps, roll.logps[rows], roll.advantages[rows], mask,
+                                                        hyper.clip)
+                    vf = ppo_core.value_loss(values, roll.values[rows], roll.returns[rows], mask, hyper.clip_value)
+                    loss = pg + hyper.vf_coef * vf
+                    (loss * len(rows) / len(group)).backward()
+                    for name, value in (("policy_loss", pg), ("value_loss", vf), ("loss", loss),
+                                        ("clipfrac", clipfrac)):
+                        sums[name] = sums.get(name, 0.0) + value.item()
+                    count += 1
                 if args.max_grad_norm:
                     torch.nn.utils.clip_grad_norm_(self.params, args.max_grad_norm)
                 self.optimizer.step()
-                for name, value in (("policy_loss", pg), ("value_loss", vf), ("loss", loss), ("clipfrac", clipfrac)):
-                    sums[name] = sums.get(name, 0.0) + value.item()
-                count += 1
         return {name: total / max(count, 1) for name, total in sums.items()}
 
-    def step(self, batch, generator) -> dict[str, float]:
+    def step(self, batch) -> dict[str, float]:
         batch = {k: v.to(self.args.device) for k, v in batch.items() if hasattr(v, "to")}
         roll = self.rollout(batch)
-        metrics = self.optimise(roll, generator)
+        metrics = self.optimise(roll)
         metrics.update(reward=roll.scores.mean().item(), kl=roll.kl, kl_coef=self.kl.coef,
                        response_length=roll.mask.sum(-1).mean().item())
         self.kl.update(roll.kl, len(roll.ids))
@@ -202,18 +212,24 @@ def sampled_reward(policy, reward_model, tokenizer, dataset, collator, gen, seed
     return torch.cat(scores).mean().item()
 
 
-def prompt_batches(dataset, collator, batch_size: int, seed: int):
-    """Endless shuffled batches of prompts, one epoch after another; yields (epoch, batch)."""
+def prompt_batches(dataset, collator, batch_size: int, seed: int, skip: int = 0):
+    """Endless shuffled batches of prompts, one epoch after another, after skipping the first `skip`.
+
+    The order depends on the seed alone, so a resumed run skips the batches it already trained on (drawing
+    index orders only, no rows) and continues with the ones the uninterrupted run would have seen.
+    """
     from torch.utils.data import DataLoader
 
     generator = torch.Generator().manual_seed(seed)
-    loader = DataLoader(dataset.select_columns(["input_ids", "attention_mask"]), batch_size=batch_size,
-                        shuffle=True, drop_last=len(dataset) >= batch_size, collate_fn=collator, generator=generator)
-    epoch = 0
+    indices = DataLoader(range(len(dataset)), batch_size=batch_size, shuffle=True, generator=generator,
+                         drop_last=len(dataset) >= batch_size, collate_fn=list)
+    prompts = dataset.select_columns(["input_ids", "attention_mask"])
     while True:
-        for batch in loader:
-            yield epoch, batch
-        epoch += 1
+        for rows in indices:
+            if skip:
+                skip -= 1
+                continue
+            yield collator([prompts[i] for i in rows])
 
 
 def save_policy(loop: PPOLoop, folder: Path) -> None:
@@ -223,8 +239,17 @@ def save_policy(loop: PPOLoop, folder: Path) -> None:
     torch.save(loop.head.state_dict(), folder / VALUE_HEAD_FILE)
 
 
+def cuda_rng_states() -> list:
+    return torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+
+
 def save_checkpoint(loop: PPOLoop, state, scheduler, output_dir: Path) -> None:
-    """checkpoint-N written under .partial/ and renamed when whole; trainer_state.json marks it complete."""
+    """checkpoint-N written under .partial/ and renamed when whole; trainer_state.json marks it complete.
+
+    Besides weights, optimizer and scheduler it holds every random state the next steps draw from (sampling
+    and dropout, the mini-batch order) and the metrics not yet logged, so a resumed run repeats the
+    uninterrupted one.
+    """
     from transformers.trainer_utils import rotate_checkpoints
 
     from tuneline.train.checkpoints import TRAINER_STATE, publish, staging_root
@@ -233,14 +258,16 @@ def save_checkpoint(loop: PPOLoop, state, scheduler, output_dir: Path) -> None:
     staged = staging_root(output_dir) / name
     save_policy(loop, staged)
     torch.save({"optimizer": loop.optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "kl_coef": loop.kl.coef, "rng": torch.get_rng_state()}, staged / "ppo_state.pt")
+                "kl_coef": loop.kl.coef, "rng": torch.get_rng_state(), "cuda_rng": cuda_rng_states(),
+                "minibatch_rng": loop.minibatch_order.get_state(), "log_window": loop.log_window},
+               staged / "ppo_state.pt")
     state.save_to_json(str(staged / TRAINER_STATE))
     publish(staged, output_dir / name)
     rotate_checkpoints(str(output_dir), loop.args.save_total_limit, None)
 
 
 def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
-    """Load policy weights, value head, optimizer, scheduler, KL coefficient and step from a checkpoint."""
+    """Load what `save_checkpoint` wrote: weights, value head, optimizer, scheduler, KL, random states, step."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
     from transformers import TrainerState
@@ -261,6 +288,10 @@ def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
     scheduler.load_state_dict(saved["scheduler"])
     loop.kl.coef = saved["kl_coef"]
     torch.set_rng_state(saved["rng"])
+    if saved.get("cuda_rng") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda_rng"])
+    loop.minibatch_order.set_state(saved["minibatch_rng"])
+    loop.log_window = saved["log_window"]
     restored = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE))
     state.global_step, state.log_history = restored.global_step, restored.log_history
 
@@ -271,7 +302,8 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
 
     args = loop.args
     train = datasets["train"]
-    rollout_size = args.per_device_train_batch_size * max(1, loop.config.finetuning.ppo_buffer_size)
+    rollout_size = (args.per_device_train_batch_size * max(1, args.gradient_accumulation_steps)
+                    * max(1, loop.config.finetuning.ppo_buffer_size))
     per_epoch = max(1, len(train) // rollout_size)
     max_steps = args.max_steps if args.max_steps > 0 else int(args.num_train_epochs * per_epoch)
     scheduler = get_scheduler(args.lr_scheduler_type, loop.optimizer, args.get_warmup_steps(max_steps), max_steps)
@@ -284,13 +316,11 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
         callback.on_train_begin(args, state, control)
     if state.global_step == 0 and has_validation(datasets):  # the reward before training, to compare with after
         _log(callbacks, args, state, {"eval_reward": loop.mean_reward(datasets["validation"], collator)})
-    batches = prompt_batches(train, collator, rollout_size, args.seed + state.global_step)
-    generator = torch.Generator().manual_seed(args.seed + state.global_step)
-    window: dict[str, list[float]] = {}
+    batches = prompt_batches(train, collator, rollout_size, args.seed, skip=state.global_step)
+    window = loop.log_window
     start = time.time()
     while state.global_step < max_steps:
-        epoch, batch = next(batches)
-        for name, value in loop.step(batch, generator).items():
+        for name, value in loop.step(next(batches)).items():
             window.setdefault(name, []).append(ppo_core.finite(value))
         scheduler.step()
         state.global_step += 1

@@ -172,6 +172,41 @@ def test_ppo_runs_logs_and_saves(tiny_model_dir, reward_model_dir, tmp_path):
     assert [e["current_steps"] for e in log if "reward" in e] == [1, 2, 3]
 
 
+@pytest.mark.slow
+def test_ppo_resumed_from_a_checkpoint_ends_as_the_uninterrupted_run(tiny_model_dir, reward_model_dir, tmp_path):
+    """Same weights, value head and logged metrics after checkpoint 2 whether the run stopped there or not.
+
+    Dropout, sampling, the mini-batch order and a logging window that spans the checkpoint all draw on state
+    the checkpoint must carry. Accumulation: rollouts of 2 x 2 answers, one optimizer step per rollout pass.
+    """
+    from safetensors.torch import load_file
+
+    from tuneline.data import build_dataset
+    from tuneline.train.ppo import run
+
+    def train(name, **extra):
+        config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path / name, max_steps=4, save_strategy="steps", save_steps=2, logging_steps=3, lora_dropout=0.1,
+                            per_device_train_batch_size=2, gradient_accumulation_steps=2, ppo_epochs=2, **extra)
+        run(config, build_dataset(config), [])
+        out = tmp_path / name / "ppo"
+        log = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
+        return out, {e["current_steps"]: e for e in log if "reward" in e}
+
+    whole, whole_log = train("whole")
+    resumed, resumed_log = train("resumed", resume_from_checkpoint=str(whole / "checkpoint-2"))
+    assert sorted(whole_log) == [3, 4] and sorted(resumed_log) == [3, 4]
+    for step in (3, 4):
+        for name in ("reward", "kl", "loss", "policy_loss", "value_loss"):
+            assert resumed_log[step][name] == pytest.approx(whole_log[step][name], abs=1e-6), (step, name)
+    for file in ("adapter_model.safetensors",):
+        a, b = load_file(str(whole / file)), load_file(str(resumed / file))
+        assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    heads = [torch.load(out / "value_head.pt") for out in (whole, resumed)]
+    assert all(torch.allclose(heads[0][k], heads[1][k], atol=1e-6) for k in heads[0])
+    state = torch.load(whole / "checkpoint-4" / "ppo_state.pt", weights_only=False)
+    assert {int(s["step"]) for s in state["optimizer"]["state"].values()} == {4 * 2}  # steps x ppo_epochs
+
+
 def test_one_ppo_update_moves_log_probs_along_the_advantages(tiny_model_dir, reward_model_dir, tmp_path):
     """The sign and alignment of the whole pipeline: after one optimisation pass on a rollout, answer tokens with
     positive advantage became likelier and those with negative advantage less likely."""
@@ -193,7 +228,7 @@ def test_one_ppo_update_moves_log_probs_along_the_advantages(tiny_model_dir, rew
     torch.manual_seed(0)
     roll = loop.rollout(build_collator("ppo", tokenizer)([prompts[i] for i in range(8)]))
     assert roll.kl == pytest.approx(0.0, abs=1e-6) and roll.mask.sum() > 0
-    loop.optimise(roll, torch.Generator().manual_seed(0))
+    loop.optimise(roll)
     with torch.no_grad():
         new_logps, _ = forward_tokens(policy, roll.ids, roll.attention_mask, config.generating.temperature)
     moved = (new_logps - roll.logps) * roll.mask
