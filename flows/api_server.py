@@ -15,6 +15,7 @@ also dies with the parent if the parent is killed (Prefect's own is left running
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from tuneline.errors import UserError
+from tuneline.train.launch import die_with_parent
 
 _temporary_url: str | None = None
 
@@ -54,7 +56,7 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-        env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        env=env, preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))  # SIGTERM: it closes its database
     print(f"Prefect: temporary API server on {url} (for a lasting one: prefect server start)", file=sys.stderr)
     try:
         warm_up()
@@ -112,10 +114,3 @@ def _free_port() -> int:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies, even by SIGKILL (prctl PR_SET_PDEATHSIG)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)

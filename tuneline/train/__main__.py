@@ -34,18 +34,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def die_with_parent() -> None:
     """Linux: have the kernel kill this process if its parent dies, so no orphan keeps training (and the lock)."""
-    if os.environ.get("TUNELINE_DIE_WITH_PARENT") != "1" or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
+    from tuneline.train.launch import die_with_parent as arm
 
-    pr_set_pdeathsig = 1
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except OSError:
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
+    if os.environ.get("TUNELINE_DIE_WITH_PARENT") == "1" and arm() and os.getppid() == 1:
+        os._exit(1)  # the parent died before prctl took effect
 
 
 def dataset_reference(config, path: str | None) -> dict:

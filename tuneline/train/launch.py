@@ -90,14 +90,19 @@ def cpu_threads_per_process(processes: int) -> int:
     return max(1, cores // max(1, processes))
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
+def die_with_parent(signum: int = signal.SIGKILL) -> bool:
+    """This process gets `signum` when its parent dies, even by SIGKILL (Linux only; False elsewhere).
 
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-        except OSError:
-            pass
+    Called in a child (as preexec_fn, or first thing) so no orphan keeps training, holding locks or serving.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum) == 0  # PR_SET_PDEATHSIG
+    except OSError:
+        return False
 
 
 def run_streaming(cmd: list[str], env: dict[str, str] | None, on_line: Callable[[str], None]) -> None:
@@ -107,7 +112,7 @@ def run_streaming(cmd: list[str], env: dict[str, str] | None, on_line: Callable[
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["TUNELINE_DIE_WITH_PARENT"] = "1"
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace", bufsize=1, preexec_fn=_die_with_parent) as proc:
+                          errors="replace", bufsize=1, preexec_fn=die_with_parent) as proc:
         try:
             for raw in proc.stdout:
                 for line in raw.rstrip("\n").split("\r"):
