@@ -140,3 +140,12 @@ def test_early_stopping_needs_evaluations_and_an_eval_split(tmp_path):
         load_config(path)
     assert "'early_stopping_steps' needs an evaluation split" in str(err.value)
     assert "counts evaluations, but none run" in str(err.value)
+
+
+def test_ppo_refuses_several_processes_and_deepspeed(tmp_path):
+    ppo = BASE + "stage: ppo\nreward_model: org/rm\n"
+    load_config(write(tmp_path, ppo + "num_processes: 1\n"), check_paths=False)
+    message = problems_of(tmp_path, ppo + "num_processes: 2\ndeepspeed: ds_z2_config.json\n")
+    assert "'stage: ppo' trains in one process" in message
+    assert "'num_processes: 2'" in message and "'deepspeed: ds_z2_config.json'" in message
+    load_config(write(tmp_path, BASE + "stage: dpo\nnum_processes: 2\n"), check_paths=False)

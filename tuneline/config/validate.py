@@ -33,6 +33,14 @@ def _check_keys(config: RunConfig) -> list[str]:
     if ft.stage == "ppo" and not ft.reward_model and not reward_config:
         problems.append("'stage: ppo' needs 'reward_model' (a reward model path or adapter trained with stage: rm) "
                         "or 'reward_model_config' (a stage: rm config the flow trains first)")
+    if ft.stage == "ppo":
+        distributed = [f"'{key}: {value}'" for key, value in (("num_processes", config.pipeline.num_processes),
+                                                               ("deepspeed", tr.get("deepspeed")),
+                                                               ("accelerate_config", config.pipeline.accelerate_config))
+                       if value and not (key == "num_processes" and int(value) == 1)]
+        if distributed:
+            problems.append(f"'stage: ppo' trains in one process on one device; remove {', '.join(distributed)} "
+                            "(dpo and kto, trained with trl, do run on several GPUs and DeepSpeed)")
     if ft.reward_model and reward_config:
         problems.append("'reward_model' and 'reward_model_config' are both set; the flow trains the reward model "
                         "from 'reward_model_config' and uses its output_dir: remove one")
