@@ -7,7 +7,8 @@ then reads the position resets as sequence boundaries and builds a block-diagona
 sdpa kernels, and the flash-attention path turns them into varlen boundaries. Both conditions matter: with an
 `attention_mask` or a KV cache present, transformers ignores the resets and examples would attend to each
 other. Each example's first label is -100 so no token is trained to follow the previous example. The
-packing-isolation test checks per-example losses of a packed row against the same examples run alone.
+packing-isolation test checks per-example losses of a packed row against the same examples run alone. Training
+on CPU, sdpa with that mask is slow: `tuneline.model.packed_attention` runs sdpa per example instead.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def load_base_model(config: RunConfig, tokenizer, is_trainable: bool, add_valueh
     margs = config.model
     dtype = compute_dtype(config, is_trainable)
     kwargs = dict(dtype=dtype, trust_remote_code=margs.trust_remote_code, revision=margs.model_revision,
-                  cache_dir=margs.cache_dir, token=margs.hf_hub_token, **attention_kwargs(config),
+                  cache_dir=margs.cache_dir, token=margs.hf_hub_token, **attention_kwargs(config, is_trainable),
                   **quantization_kwargs(config, dtype))
     if add_valuehead:
         kwargs.update(num_labels=1, pad_token_id=tokenizer.pad_token_id)

@@ -46,8 +46,9 @@ def compute_dtype(config: RunConfig, is_trainable: bool = True):
     return getattr(torch, PRECISION_DTYPES[precision])
 
 
-def attention_kwargs(config: RunConfig) -> dict:
-    """attn_implementation for from_pretrained; flash_attention_2 only where it can run."""
+def attention_kwargs(config: RunConfig, is_trainable: bool = False) -> dict:
+    """attn_implementation for from_pretrained; flash_attention_2 only where it can run; packed sft training on
+    CPU gets sdpa run per packed example (same results, see `tuneline.model.packed_attention`)."""
     name = config.model.attn_implementation
     if name == "flash_attention_2":
         if importlib.util.find_spec("flash_attn") is None:
@@ -55,7 +56,19 @@ def attention_kwargs(config: RunConfig) -> dict:
                             "package, which is not installed: `pip install flash-attn`, or use 'sdpa'")
         if not _cuda_available():
             raise UserError("'attn_implementation: flash_attention_2' needs a CUDA GPU and none is visible; use 'sdpa'")
+    if name == "sdpa" and is_trainable and trains_packed_sft_on_cpu(config):
+        from tuneline.model.packed_attention import register_packed_sdpa
+
+        name = register_packed_sdpa()
     return {"attn_implementation": name}
+
+
+def trains_packed_sft_on_cpu(config: RunConfig) -> bool:
+    """Packed sft on CPU, where sdpa's dense block-diagonal mask is slow (measured on CPU only, so GPUs keep it)."""
+    from tuneline.data.cache_key import effective_packing
+
+    on_cpu = bool(config.training.get("use_cpu")) or not _cuda_available()
+    return config.stage == "sft" and effective_packing(config) and on_cpu
 
 
 def quantization_kwargs(config: RunConfig, dtype) -> dict:

@@ -38,11 +38,14 @@ def _per_example_losses(model, input_ids, labels, position_ids=None, **batch):
     return out
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "sdpa_packed"])
 def test_packed_examples_have_the_losses_they_have_alone(demo_config, tiny_model_dir, attn):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from tuneline.model.packed_attention import register_packed_sdpa
+
+    register_packed_sdpa()  # sdpa_packed: causal sdpa on each example of the row (packed sft training on CPU)
     config = demo_config("sft", packing=True, max_samples=12)
     packed = load_processed(build_dataset(config))["train"]
     row = max(packed, key=lambda r: sum(1 for p in r["position_ids"] if p == 0))
