@@ -24,8 +24,8 @@ OPTION_KEYS = (
 
 
 def effective_packing(config: RunConfig) -> bool:
-    """LLaMA-Factory's default: pt packs (concatenated blocks), other stages do not."""
-    packing = config.data.packing
+    """LLaMA-Factory's default: pt packs (concatenated blocks), other stages do not; `neat_packing` packs."""
+    packing = True if config.data.neat_packing else config.data.packing
     return config.stage == "pt" if packing is None else bool(packing) and config.stage in ("pt", "sft")
 
 
