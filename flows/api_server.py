@@ -39,26 +39,22 @@ def is_temporary(api_url: str | None) -> bool:
 def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | None]:
     """Within: Prefect uses the configured API, or a temporary server started on entry; yields the API URL.
 
-    `warm_up` runs while the server boots (the imports the run needs anyway).
+    `warm_up` runs while the server boots (the imports the run needs anyway). The server is started before
+    Prefect itself is imported (~2 s), and stopped again at once if Prefect's settings name an API after all.
     """
     global _temporary_url
-    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, get_current_settings, temporary_settings
-
-    settings = get_current_settings()
-    if settings.api.url or not settings.server.ephemeral.enabled:
-        warm_up()
-        yield settings.api.url
-        return
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-           **settings.to_environment_variables(exclude_unset=True)}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-        env=env, preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))  # SIGTERM: it closes its database
-    print(f"Prefect: temporary API server on {url} (for a lasting one: prefect server start)", file=sys.stderr)
+    server, url = (None, None) if os.environ.get("PREFECT_API_URL") else _start_server()
     try:
+        from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, get_current_settings, temporary_settings
+
+        settings = get_current_settings()
+        if server is None or settings.api.url or not settings.server.ephemeral.enabled:
+            _stop(server)
+            server = None
+            warm_up()
+            yield settings.api.url
+            return
+        print(f"Prefect: temporary API server on {url} (for a lasting one: prefect server start)", file=sys.stderr)
         warm_up()
         _wait_until_healthy(server, url, settings.server.ephemeral.startup_timeout_seconds)
         _temporary_url = url
@@ -69,12 +65,29 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
                 _send_pending_logs_and_events()
     finally:
         _temporary_url = None
-        server.terminate()
-        try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        _stop(server)
+
+
+def _start_server() -> tuple[subprocess.Popen, str]:
+    """The uvicorn process Prefect's SubprocessASGIServer runs, on a free port of 127.0.0.1."""
+    port = _free_port()
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+        env=env, preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))  # SIGTERM: it closes its database
+    return server, f"http://127.0.0.1:{port}/api"
+
+
+def _stop(server: subprocess.Popen | None) -> None:
+    if server is None:
+        return
+    server.terminate()
+    try:
+        server.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def _send_pending_logs_and_events() -> None:

@@ -41,11 +41,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _train(args) -> int:
     overrides = list(args.overrides) + (["refresh_cache=true"] if args.no_cache else [])
-    load_config(args.config, overrides)  # fail fast, before Prefect starts
+    config = load_config(args.config, overrides)  # fail fast, before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.api_server import prefect_api
 
-    with prefect_api(warm_up=_import_flow_and_tracking):
+    with prefect_api(warm_up=lambda: _prepare_flow(config)):
         from flows.finetune import finetune
 
         result = finetune(args.config, overrides)
@@ -53,11 +53,12 @@ def _train(args) -> int:
     return 0
 
 
-def _import_flow_and_tracking() -> None:
-    """The imports a run needs first, done while Prefect's temporary server boots."""
-    import mlflow  # noqa: F401
-
+def _prepare_flow(config) -> None:
+    """What the flow does first anyway, done while Prefect's temporary server boots: imports, MLflow store."""
     import flows.finetune  # noqa: F401
+    from tuneline.pipeline.record import connect_tracking
+
+    connect_tracking(config)
 
 
 def _validate(args) -> int:

@@ -40,10 +40,21 @@ def git_commit() -> str | None:
     return found.stdout.strip() or None
 
 
-def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_run_url: str | None) -> dict:
-    """Open (or reopen) the MLflow run of this work; fail before any training if the store is unreachable."""
+def connect_tracking(config: RunConfig) -> str:
+    """Fail now if the MLflow store is unreachable, else open it (a SQLite store checks its schema, ~2 s).
+
+    MLflow keeps one store per URI in the process, so the run opened later reuses it; the CLI calls this while
+    Prefect's temporary server boots. Returns the resolved tracking URI.
+    """
     uri = tracking.resolve_tracking_uri(config.pipeline.mlflow_tracking_uri)
     tracking.check_tracking_available(uri)
+    tracking.open_stores(uri)
+    return uri
+
+
+def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_run_url: str | None) -> dict:
+    """Open (or reopen) the MLflow run of this work; fail before any training if the store is unreachable."""
+    uri = connect_tracking(config)
     run_key = keys.run_key(config, dataset_fp)
     tags = {
         "tuneline.stage": config.stage,

@@ -26,13 +26,14 @@ from tuneline.tracking.runs import (
     tag_flow_run,
 )
 from tuneline.tracking.step_logger import StepMetricLogger, flush_spool
-from tuneline.tracking.store import check_tracking_available, resolve_tracking_uri, run_url
+from tuneline.tracking.store import check_tracking_available, open_stores, resolve_tracking_uri, run_url
 
 __all__ = [
     "BackgroundStepLogger",
     "StepMetricLogger",
     "add_tags",
     "check_tracking_available",
+    "open_stores",
     "download_latest_checkpoint",
     "finish_run",
     "flatten",

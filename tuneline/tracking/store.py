@@ -157,6 +157,13 @@ def client_for(uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
+def open_stores(uri: str) -> None:
+    """Connect the tracking and registry stores (MLflow caches them per URI for the rest of the process)."""
+    client = client_for(uri)
+    client.search_experiments(max_results=1)
+    client.search_registered_models(max_results=1)
+
+
 def run_url(uri: str, run_id: str) -> str | None:
     """A UI link for a server; for a local store, how to open the UI on it."""
     uri = resolve_tracking_uri(uri)
