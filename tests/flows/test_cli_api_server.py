@@ -78,3 +78,22 @@ def test_temporary_server_dies_with_a_killed_parent(tmp_path):
     while _answers(port) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _answers(port), "the server outlived its killed parent"
+
+
+def test_no_temporary_server_where_prefect_settings_rule_it_out(tmp_path):
+    """Spawned before Prefect's settings are read, the server is stopped at once when they say not to use one."""
+    script = ("import os, pathlib\nfrom flows.api_server import prefect_api\n"
+              "def children():\n"
+              "    found = []\n"
+              "    for stat in pathlib.Path('/proc').glob('[0-9]*/stat'):\n"
+              "        try:\n            fields = stat.read_text().split()\n"
+              "        except OSError:\n            continue\n"
+              "        found += [fields[0]] if fields[3] == str(os.getpid()) else []\n"
+              "    return found\n"
+              "with prefect_api() as url:\n    print('URL', url, 'CHILDREN', len(children()), flush=True)\n")
+    env = {**_env(tmp_path), "PREFECT_SERVER_EPHEMERAL_ENABLED": "false"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "URL None CHILDREN 0" in done.stdout, done.stdout
+    assert "temporary API server" not in done.stderr
