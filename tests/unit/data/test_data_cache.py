@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import write_dataset
+from data_helpers import write_dataset
 
 from tuneline.data import build_dataset, dataset_fingerprint, load_processed
 from tuneline.errors import DataError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import write_dataset
+from data_helpers import write_dataset
 
 from tuneline.data.loader import load_examples
 from tuneline.errors import DataError

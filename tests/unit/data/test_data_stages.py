@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import EOS, PAD, ids, masked
+from data_helpers import EOS, PAD, ids, masked
 
 from tuneline.data.collators import build_collator
 from tuneline.data.processors import Encoder, split_budget

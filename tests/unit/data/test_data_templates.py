@@ -4,7 +4,7 @@ the tokenizer-derived template, and turn-by-turn == whole encoding."""
 from __future__ import annotations
 
 import pytest
-from conftest import BOS, EOS, ids
+from data_helpers import BOS, EOS, ids
 
 from tuneline.data.templates import TEMPLATES, get_template
 from tuneline.errors import ConfigError
