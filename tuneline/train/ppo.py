@@ -5,12 +5,12 @@ Run through the flow (`tuneline train examples/ppo_lora_demo.yaml`) or in a trai
 
 Why a compact loop of our own: trl 1.16 has no PPO, and pinning trl 1.12 for `trl.experimental.ppo` would pin
 the whole project to an experimental trainer that wants its own dataset and reward-model shapes. One PPO step:
-sample `per_device_train_batch_size * gradient_accumulation_steps * ppo_buffer_size` prompts, generate answers with the generating config
-(`max_new_tokens`, `top_k`, `top_p`, `temperature`), score them with the reward model, take the policy's, the
-reference's and the value head's per-token numbers, turn score and KL penalty into per-token rewards, estimate
-advantages with GAE, then `ppo_epochs` passes of clipped policy and value losses over mini-batches of
-`per_device_train_batch_size * gradient_accumulation_steps` (accumulated in micro-batches). The arithmetic
-lives in `ppo_core` (pure functions), the models in `ppo_models`.
+sample `per_device_train_batch_size * gradient_accumulation_steps * ppo_buffer_size` prompts, generate answers
+with the generating config (`max_new_tokens`, `top_k`, `top_p`, `temperature`), score them with the reward
+model, take the policy's, the reference's and the value head's per-token numbers, turn score and KL penalty
+into per-token rewards, estimate advantages with GAE, then `ppo_epochs` passes of clipped policy and value
+losses over mini-batches of `per_device_train_batch_size * gradient_accumulation_steps` (accumulated in
+micro-batches). The arithmetic lives in `ppo_core` (pure functions), the models in `ppo_models`.
 Single process (no DDP/DeepSpeed yet). Checkpoints are complete or absent and hold every state the next step
 depends on, so a run resumed from checkpoint k ends as the uninterrupted run does.
 """
@@ -290,8 +290,9 @@ def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
     torch.set_rng_state(saved["rng"])
     if saved.get("cuda_rng") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
-    loop.minibatch_order.set_state(saved["minibatch_rng"])
-    loop.log_window = saved["log_window"]
+    if "minibatch_rng" in saved:  # absent from checkpoints of earlier tuneline versions
+        loop.minibatch_order.set_state(saved["minibatch_rng"])
+    loop.log_window = saved.get("log_window", {})
     restored = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE))
     state.global_step, state.log_history = restored.global_step, restored.log_history
 
