@@ -41,19 +41,28 @@ def run_flow(config_path, overrides=None):
 
 
 def task_states(flow_run_id) -> dict[str, list[str]]:
-    """{task name: [state names]} of one flow run, read back from the Prefect API."""
+    """{task name: [state names]} of one flow run, read back from the Prefect API.
+
+    The server records task-run states from events, a moment after the flow returns: read until each run has one.
+    """
+    import time
+
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     async def read():
         async with get_client() as client:
-            runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-        out: dict[str, list[str]] = {}
-        for run in runs:
-            out.setdefault(run.name.split(" ")[0], []).append(run.state.name)
-        return out
+            return await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
 
-    return asyncio.run(read())
+    deadline = time.monotonic() + 30
+    runs = asyncio.run(read())
+    while any(run.state is None for run in runs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        runs = asyncio.run(read())
+    out: dict[str, list[str]] = {}
+    for run in runs:
+        out.setdefault(run.name.split(" ")[0], []).append(run.state.name if run.state else "no state recorded")
+    return out
 
 
 @pytest.mark.slow
