@@ -34,10 +34,11 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append("'stage: ppo' needs 'reward_model' (a reward model path or adapter trained with stage: rm) "
                         "or 'reward_model_config' (a stage: rm config the flow trains first)")
     if ft.stage == "ppo":
-        distributed = [f"'{key}: {value}'" for key, value in (("num_processes", config.pipeline.num_processes),
-                                                               ("deepspeed", tr.get("deepspeed")),
-                                                               ("accelerate_config", config.pipeline.accelerate_config))
-                       if value and not (key == "num_processes" and int(value) == 1)]
+        processes = config.pipeline.num_processes or 1
+        distributed = [f"'num_processes: {processes}'"] if processes > 1 else []
+        for key, value in (("deepspeed", tr.get("deepspeed")), ("accelerate_config", config.pipeline.accelerate_config)):
+            if value:
+                distributed.append(f"'{key}: {value}'")
         if distributed:
             problems.append(f"'stage: ppo' trains in one process on one device; remove {', '.join(distributed)} "
                             "(dpo and kto, trained with trl, do run on several GPUs and DeepSpeed)")

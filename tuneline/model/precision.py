@@ -29,7 +29,7 @@ def training_precision(config: RunConfig) -> str:
         return "bf16"
     if tr.get("fp16"):
         return "fp16"
-    if "bf16" in tr or "fp16" in tr or tr.get("use_cpu") or not _cuda_available():
+    if "bf16" in tr or "fp16" in tr or trains_on_cpu(config):
         return "fp32"  # an explicit `bf16: false` / `fp16: false` means full precision
     import torch
 
@@ -67,8 +67,12 @@ def trains_packed_sft_on_cpu(config: RunConfig) -> bool:
     """Packed sft on CPU, where sdpa's dense block-diagonal mask is slow (measured on CPU only, so GPUs keep it)."""
     from tuneline.data.cache_key import effective_packing
 
-    on_cpu = bool(config.training.get("use_cpu")) or not _cuda_available()
-    return config.stage == "sft" and effective_packing(config) and on_cpu
+    return config.stage == "sft" and effective_packing(config) and trains_on_cpu(config)
+
+
+def trains_on_cpu(config: RunConfig) -> bool:
+    """`use_cpu` set, or no CUDA device visible."""
+    return bool(config.training.get("use_cpu")) or not _cuda_available()
 
 
 def quantization_kwargs(config: RunConfig, dtype) -> dict:

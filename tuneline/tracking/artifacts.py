@@ -90,14 +90,15 @@ def prune_logged_checkpoints(run_id: str, keep: int, *, tracking_uri: str | None
     try:
         client = client_for(uri)
         complete = logged_checkpoints(client, run_id)
+        complete_names = {name for _, name in complete}
         kept = {name for _, name in complete[:keep]} | {protect}
         newest = complete[0][0] if complete else -1
         names = [info.path.rsplit("/", 1)[-1] for info in client.list_artifacts(run_id, CHECKPOINTS) if info.is_dir]
-        doomed = [name for name in names if name not in kept and _CHECKPOINT_NAME.match(name)
-                  and int(_CHECKPOINT_NAME.match(name).group(1)) < newest]
+        steps = {name: int(match.group(1)) for name in names if (match := _CHECKPOINT_NAME.match(name))}
+        doomed = [name for name, step in steps.items() if name not in kept and step < newest]
         repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri, tracking_uri=uri)
         for name in doomed:
-            if name in {n for _, n in complete}:
+            if name in complete_names:
                 repo.delete_artifacts(f"{CHECKPOINTS}/{name}/{CHECKPOINT_MARKER}")
             repo.delete_artifacts(f"{CHECKPOINTS}/{name}")
             deleted.append(name)
