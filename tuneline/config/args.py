@@ -136,7 +136,8 @@ class FinetuningArgs:
     reward_model: str | None = arg(None, "Reward model for PPO: a full model or a LoRA adapter.")
     reward_model_adapters: str | None = arg(None, "Adapters applied to reward_model.")
     reward_model_type: str = arg("lora", "How reward_model is given.", ("lora", "full"))
-    ppo_buffer_size: int = arg(1, "Mini-batches per PPO optimisation step.")
+    ppo_buffer_size: int = arg(1, "Mini-batches (per_device_train_batch_size x gradient_accumulation_steps answers) "
+                                  "sampled per PPO step.")
     ppo_epochs: int = arg(4, "PPO epochs per rollout batch.")
     ppo_score_norm: bool = arg(False, "Normalise rewards.")
     ppo_target: float = arg(6.0, "Target KL for adaptive KL control.")
