@@ -39,7 +39,7 @@ def _with_cache(config: RunConfig, task):
     return task.with_options(result_storage=storage, refresh_cache=config.pipeline.refresh_cache or None)
 
 
-@flow(name="finetune", flow_run_name=_flow_run_name, log_prints=True)
+@flow(name="finetune", flow_run_name=_flow_run_name)
 def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
     config = load_config(config_path, overrides)
     if config.pipeline.reward_model_config:  # ppo: its reward model is trained (or found cached) first
@@ -69,6 +69,6 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":  # the same as `tuneline train CONFIG [key=value ...]`
-    from flows.cli import main
+    from flows.cli import run
 
-    sys.exit(main(["train", *sys.argv[1:]]))
+    run(["train", *sys.argv[1:]])

@@ -117,6 +117,44 @@ STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = 
 }
 
 
+def import_libraries(config) -> None:
+    """Import what `run_evaluation(config)` imports, loading no weights and no data.
+
+    Most of an evaluation's time on a small model is imports (torch, transformers and the model family's own
+    modules, peft, the text metrics), so a caller with an idle core runs this first.
+    """
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    from transformers import GenerationConfig  # noqa: F401
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING,
+        MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
+    )
+
+    import tuneline.data  # noqa: F401
+    from tuneline.model import load_tokenizer
+
+    if config.stage == "sft":
+        import sacrebleu  # noqa: F401
+        from rouge_score import rouge_scorer  # noqa: F401
+    load_tokenizer(config.model)  # its config class and tokenizer modules
+    model_type = _local_model_config(config.model.model_name_or_path)
+    if model_type is not None:  # the family's modeling module, as loading it would
+        mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING if config.stage == "rm" else MODEL_FOR_CAUSAL_LM_MAPPING
+        mapping.get(model_type, None)
+
+
+def _local_model_config(path):
+    """The config class of a local model folder; None for a hub id (nothing is fetched here)."""
+    from pathlib import Path
+
+    from transformers import AutoConfig
+
+    if not (Path(str(path)) / "config.json").is_file():
+        return None
+    return type(AutoConfig.from_pretrained(path))
+
+
 def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:
     """{"metrics", "num_samples", "predictions"} for the model at adapter_dir (or the base model)."""
     import torch

@@ -7,9 +7,11 @@ killed parent leaves no marker, so the next start launches again and the child r
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -122,13 +124,37 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
             for entry in reader.new_entries():
                 on_progress(entry)
 
-    run_streaming(cmd, env, forward)
+    warm = _import_while_child_boots(config)
+    try:
+        run_streaming(cmd, env, forward)
+    finally:
+        warm.join()  # no thread of ours outlives the step
     metrics = _read_metrics(output_dir)
     ref = {"output_dir": str(output_dir), "train_key": key, "metrics": metrics, "mlflow_run_id": mlflow_run_id}
     tmp = output_dir / f".{COMPLETE_MARKER}.tmp"
     tmp.write_text(json.dumps(ref, default=str))
     os.replace(tmp, output_dir / COMPLETE_MARKER)
     return ref
+
+
+def _import_while_child_boots(config: RunConfig) -> threading.Thread:
+    """Import here what the evaluation and plots after training import, while the child starts.
+
+    The child's start is mostly single-threaded imports, so on another core this costs training little and
+    takes most of the tuned model's evaluation time (~5 s of ~6 s on the demo) off the run.
+    """
+    from tuneline.evaluation.run import import_libraries
+
+    def run() -> None:
+        try:
+            import_libraries(config)
+            importlib.import_module("matplotlib.backends.backend_agg")
+        except Exception:  # noqa: BLE001 - the step that needs them imports them again and reports any error
+            return
+
+    thread = threading.Thread(target=run, name="tuneline-warm-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def _read_metrics(output_dir: Path) -> dict[str, float]:
