@@ -142,10 +142,10 @@ def test_early_stopping_needs_evaluations_and_an_eval_split(tmp_path):
     assert "counts evaluations, but none run" in str(err.value)
 
 
-def test_ppo_refuses_several_processes_and_deepspeed(tmp_path):
+def test_ppo_runs_on_several_processes_but_refuses_deepspeed_and_fsdp(tmp_path):
     ppo = BASE + "stage: ppo\nreward_model: org/rm\n"
-    load_config(write(tmp_path, ppo + "num_processes: 1\n"), check_paths=False)
-    message = problems_of(tmp_path, ppo + "num_processes: 2\ndeepspeed: ds_z2_config.json\n")
-    assert "'stage: ppo' trains in one process" in message
-    assert "'num_processes: 2'" in message and "'deepspeed: ds_z2_config.json'" in message
-    load_config(write(tmp_path, BASE + "stage: dpo\nnum_processes: 2\n"), check_paths=False)
+    load_config(write(tmp_path, ppo + "num_processes: 2\n"), check_paths=False)
+    message = problems_of(tmp_path, ppo + "num_processes: 2\ndeepspeed: ds_z2_config.json\naccelerate_config: f.yaml\n")
+    assert "'stage: ppo' runs data parallel" in message and "num_processes: 2" not in message
+    assert "'deepspeed: ds_z2_config.json'" in message and "'accelerate_config: f.yaml'" in message
+    load_config(write(tmp_path, BASE + "stage: dpo\nnum_processes: 2\ndeepspeed: ds.json\n"), check_paths=False)

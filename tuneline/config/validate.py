@@ -34,14 +34,12 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append("'stage: ppo' needs 'reward_model' (a reward model path or adapter trained with stage: rm) "
                         "or 'reward_model_config' (a stage: rm config the flow trains first)")
     if ft.stage == "ppo":
-        processes = config.pipeline.num_processes or 1
-        distributed = [f"'num_processes: {processes}'"] if processes > 1 else []
-        for key, value in (("deepspeed", tr.get("deepspeed")), ("accelerate_config", config.pipeline.accelerate_config)):
-            if value:
-                distributed.append(f"'{key}: {value}'")
-        if distributed:
-            problems.append(f"'stage: ppo' trains in one process on one device; remove {', '.join(distributed)} "
-                            "(dpo and kto, trained with trl, do run on several GPUs and DeepSpeed)")
+        sharded = [f"'{key}: {value}'" for key, value in (("deepspeed", tr.get("deepspeed")),
+                                                           ("accelerate_config", config.pipeline.accelerate_config))
+                   if value]
+        if sharded:
+            problems.append(f"'stage: ppo' runs data parallel (several GPUs, or 'num_processes'), without DeepSpeed "
+                            f"or FSDP; remove {', '.join(sharded)} (dpo and kto, trained with trl, do use them)")
     if ft.reward_model and reward_config:
         problems.append("'reward_model' and 'reward_model_config' are both set; the flow trains the reward model "
                         "from 'reward_model_config' and uses its output_dir: remove one")

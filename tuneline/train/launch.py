@@ -57,8 +57,7 @@ def launch_command(config, config_path: Path | str, dataset_path: str | None = N
     """`accelerate launch ... -m tuneline.train CONFIG [--dataset PATH]` for this config and machine."""
     gpus = gpu_count()
     use_cpu = not gpus or bool(config.training.get("use_cpu"))
-    single = use_cpu or config.finetuning.stage == "ppo"  # our PPO loop is single-process (config/validate.py)
-    processes = config.pipeline.num_processes or (1 if single else gpus)
+    processes = config.pipeline.num_processes or (1 if use_cpu else gpus)
     # accelerate starts N CPU processes (gloo) only with --multi_gpu and ACCELERATE_USE_CPU in its environment
     cmd = ["env", "ACCELERATE_USE_CPU=true"] if use_cpu else []
     cmd += [sys.executable, "-m", "accelerate.commands.launch"]

@@ -11,8 +11,11 @@ model, take the policy's, the reference's and the value head's per-token numbers
 into per-token rewards, estimate advantages with GAE, then `ppo_epochs` passes of clipped policy and value
 losses over mini-batches of `per_device_train_batch_size * gradient_accumulation_steps` (accumulated in
 micro-batches). The arithmetic lives in `ppo_core` (pure functions), the models in `ppo_models`.
-Single process (no DDP/DeepSpeed yet). Checkpoints are complete or absent and hold every state the next step
-depends on, so a run resumed from checkpoint k ends as the uninterrupted run does.
+With several processes (GPUs, or `num_processes`) it is data parallel: each process samples its share of the
+prompts, the score normalisation, whitening and KL statistics are taken over all processes' answers, and
+gradients are averaged by DistributedDataParallel (no DeepSpeed or FSDP). Checkpoints are complete or absent
+and hold every state the next step depends on, so a run resumed from checkpoint k ends as the uninterrupted
+run does.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 import torch
 
+from tuneline.errors import UserError
 from tuneline.train import ppo_core
 from tuneline.train.ppo_models import VALUE_HEAD_FILE, load_reference, load_reward_model, load_value_head
 
@@ -80,12 +84,57 @@ def right_aligned(prompt_ids, prompt_mask, answers, answer_mask, pad_id: int):
     return ids, attention, action[:, 1:]
 
 
+class Processes:
+    """The training processes `accelerate launch` started (one, unless several GPUs or `num_processes`)."""
+
+    def __init__(self):
+        from accelerate import PartialState
+
+        self.state = PartialState()
+        self.rank, self.world = self.state.process_index, self.state.num_processes
+        self.is_main = self.state.is_main_process
+
+    def total(self, tensor):
+        """`tensor` summed over the processes."""
+        if self.world == 1:
+            return tensor
+        summed = tensor.detach().clone().to(self.state.device)
+        torch.distributed.all_reduce(summed)
+        return summed.to(tensor.device)
+
+    def mean(self, value: float) -> float:
+        return value if self.world == 1 else self.total(torch.tensor(float(value))).item() / self.world
+
+    def gather(self, tensor):
+        if self.world == 1:
+            return tensor
+        from accelerate.utils import gather
+
+        return gather(tensor.to(self.state.device)).to(tensor.device)
+
+    def parallel(self, module):
+        """`module` whose backward averages gradients over the processes (itself in one process)."""
+        if self.world == 1:
+            return module
+        device = next(module.parameters()).device
+        return torch.nn.parallel.DistributedDataParallel(
+            module, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def wait(self) -> None:
+        if self.world > 1:
+            self.state.wait_for_everyone()
+
+
 class PPOLoop:
     """Rollout, advantages and optimisation for one policy; `step()` is one PPO step."""
 
-    def __init__(self, config, args, policy, tokenizer, reward_model, head, reference, ref_context):
+    def __init__(self, config, args, policy, tokenizer, reward_model, head, reference, ref_context,
+                 processes: Processes | None = None):
         self.config, self.args, self.tokenizer = config, args, tokenizer
         self.policy, self.reward_model, self.head = policy, reward_model, head
+        self.processes = processes or Processes()
+        # what optimise() runs forward and backward through: the same modules, wrapped for data parallelism
+        self.trained_policy, self.trained_head = self.processes.parallel(policy), self.processes.parallel(head)
         self.reference, self.ref_context = reference, ref_context
         self.hyper = PPOHyper()
         ft = config.finetuning
@@ -113,14 +162,16 @@ class PPOLoop:
         roll.logps, roll.values = forward_tokens(self.policy, ids, attention, temperature, self.head)
         with self.ref_context():
             ref_logps, _ = forward_tokens(self.reference, ids, attention, temperature)
-        ft = self.config.finetuning
-        scores = (scores - scores.mean()) / (scores.std() + 1e-8) if ft.ppo_score_norm and len(scores) > 1 else scores
+        ft, processes = self.config.finetuning, self.processes
+        every = processes.gather(scores)  # every process's answers: the statistics of the whole rollout
+        scores = (scores - every.mean()) / (every.std() + 1e-8) if ft.ppo_score_norm and len(every) > 1 else scores
         rewards, kl = ppo_core.token_rewards(scores, roll.logps, ref_logps, mask, self.kl.coef)
+        total = processes.total if processes.world > 1 else None
         if ft.ppo_whiten_rewards:
-            rewards = ppo_core.masked_whiten(rewards, mask, shift_mean=False)
+            rewards = ppo_core.masked_whiten(rewards, mask, shift_mean=False, total=total)
         advantages, roll.returns = ppo_core.gae(rewards, roll.values, mask, self.hyper.gamma, self.hyper.lam)
-        roll.advantages = ppo_core.masked_whiten(advantages, mask)
-        roll.kl = kl.sum(-1).mean().item()
+        roll.advantages = ppo_core.masked_whiten(advantages, mask, total=total)
+        roll.kl = processes.mean(kl.sum(-1).mean().item())
         return roll
 
     def optimise(self, roll: Rollout) -> dict[str, float]:
@@ -135,7 +186,8 @@ class PPOLoop:
         temperature = self.gen.temperature if self.gen.do_sample else 1.0
         sums: dict[str, float] = {}
         count = 0
-        self.policy.train()
+        policy, head = self.trained_policy, self.trained_head
+        policy.train()
         for _ in range(self.config.finetuning.ppo_epochs):
             order = torch.randperm(len(roll.ids), generator=self.minibatch_order)
             for start in range(0, len(order), size):
@@ -143,13 +195,13 @@ class PPOLoop:
                 self.optimizer.zero_grad()
                 for rows in group.split(micro):
                     mask = roll.mask[rows]
-                    logps, values = forward_tokens(self.policy, roll.ids[rows], roll.attention_mask[rows],
-                                                   temperature, self.head)
+                    logps, values = forward_tokens(policy, roll.ids[rows], roll.attention_mask[rows],
+                                                   temperature, head)
                     pg, clipfrac = ppo_core.policy_loss(logps, roll.logps[rows], roll.advantages[rows], mask,
                                                         hyper.clip)
                     vf = ppo_core.value_loss(values, roll.values[rows], roll.returns[rows], mask, hyper.clip_value)
                     loss = pg + hyper.vf_coef * vf
-                    (loss * len(rows) / len(group)).backward()
+                    (loss * len(rows) / len(group)).backward()  # with several processes: averaged over them
                     for name, value in (("policy_loss", pg), ("value_loss", vf), ("loss", loss),
                                         ("clipfrac", clipfrac)):
                         sums[name] = sums.get(name, 0.0) + value.item()
@@ -157,15 +209,16 @@ class PPOLoop:
                 if args.max_grad_norm:
                     torch.nn.utils.clip_grad_norm_(self.params, args.max_grad_norm)
                 self.optimizer.step()
-        return {name: total / max(count, 1) for name, total in sums.items()}
+        return {name: self.processes.mean(total / max(count, 1)) for name, total in sums.items()}
 
     def step(self, batch) -> dict[str, float]:
         batch = {k: v.to(self.args.device) for k, v in batch.items() if hasattr(v, "to")}
         roll = self.rollout(batch)
         metrics = self.optimise(roll)
-        metrics.update(reward=roll.scores.mean().item(), kl=roll.kl, kl_coef=self.kl.coef,
-                       response_length=roll.mask.sum(-1).mean().item())
-        self.kl.update(roll.kl, len(roll.ids))
+        mean = self.processes.mean
+        metrics.update(reward=mean(roll.scores.mean().item()), kl=roll.kl, kl_coef=self.kl.coef,
+                       response_length=mean(roll.mask.sum(-1).mean().item()))
+        self.kl.update(roll.kl, len(roll.ids) * self.processes.world)
         return metrics
 
     def mean_reward(self, dataset, collator) -> float:
@@ -212,12 +265,18 @@ def sampled_reward(policy, reward_model, tokenizer, dataset, collator, gen, seed
     return torch.cat(scores).mean().item()
 
 
-def prompt_batches(dataset, collator, batch_size: int, seed: int, skip: int = 0):
+def prompt_batches(dataset, collator, batch_size: int, seed: int, skip: int = 0, rank: int = 0, world: int = 1):
     """Endless shuffled batches of prompts, one epoch after another, after skipping the first `skip`.
 
     The order depends on the seed alone, so a resumed run skips the batches it already trained on (drawing
-    index orders only, no rows) and continues with the ones the uninterrupted run would have seen.
+    index orders only, no rows) and continues with the ones the uninterrupted run would have seen. With
+    `world` processes, `batch_size` is each one's share: process `rank` takes every world-th row of a batch of
+    batch_size * world prompts.
     """
+    if world > 1 and len(dataset) < world:
+        raise UserError(f"ppo has {len(dataset)} training prompts for {world} processes; each needs at least one",
+                        title="ppo")
+    batch_size *= world
     from torch.utils.data import DataLoader
 
     generator = torch.Generator().manual_seed(seed)
@@ -229,7 +288,8 @@ def prompt_batches(dataset, collator, batch_size: int, seed: int, skip: int = 0)
             if skip:
                 skip -= 1
                 continue
-            yield collator([prompts[i] for i in rows])
+            rows = rows[: len(rows) - len(rows) % world]  # an equal share each (a short last batch only)
+            yield collator([prompts[i] for i in rows[rank::world]])
 
 
 def save_policy(loop: PPOLoop, folder: Path) -> None:
@@ -256,14 +316,26 @@ def save_checkpoint(loop: PPOLoop, state, scheduler, output_dir: Path) -> None:
 
     name = f"checkpoint-{state.global_step}"
     staged = staging_root(output_dir) / name
-    save_policy(loop, staged)
-    torch.save({"optimizer": loop.optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "kl_coef": loop.kl.coef, "rng": torch.get_rng_state(), "cuda_rng": cuda_rng_states(),
-                "minibatch_rng": loop.minibatch_order.get_state(), "log_window": loop.log_window},
-               staged / "ppo_state.pt")
-    state.save_to_json(str(staged / TRAINER_STATE))
-    publish(staged, output_dir / name)
-    rotate_checkpoints(str(output_dir), loop.args.save_total_limit, None)
+    processes = loop.processes
+    if processes.is_main:  # weights, optimizer and step are the same in every process
+        save_policy(loop, staged)
+        torch.save({"optimizer": loop.optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "kl_coef": loop.kl.coef, **random_states(loop), "log_window": loop.log_window},
+                   staged / "ppo_state.pt")
+    processes.wait()
+    if not processes.is_main:  # the random states differ: each process keeps its own
+        torch.save(random_states(loop), staged / f"ppo_rng_{processes.rank}.pt")
+    processes.wait()
+    if processes.is_main:
+        state.save_to_json(str(staged / TRAINER_STATE))
+        publish(staged, output_dir / name)
+        rotate_checkpoints(str(output_dir), loop.args.save_total_limit, None)
+    processes.wait()
+
+
+def random_states(loop: PPOLoop) -> dict:
+    return {"rng": torch.get_rng_state(), "cuda_rng": cuda_rng_states(),
+            "minibatch_rng": loop.minibatch_order.get_state()}
 
 
 def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
@@ -287,6 +359,14 @@ def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
     loop.optimizer.load_state_dict(saved["optimizer"])
     scheduler.load_state_dict(saved["scheduler"])
     loop.kl.coef = saved["kl_coef"]
+    own = checkpoint / f"ppo_rng_{loop.processes.rank}.pt"
+    if loop.processes.rank > 0:
+        if not own.is_file():
+            raise UserError(f"{checkpoint} was saved by fewer processes than the {loop.processes.world} now "
+                            f"running (no random state for process {loop.processes.rank}); resume with the "
+                            "same number of processes, or start again with overwrite_output_dir: true",
+                            title="cannot resume")
+        saved.update(torch.load(own, map_location="cpu", weights_only=False))
     torch.set_rng_state(saved["rng"])
     if saved.get("cuda_rng") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
@@ -301,14 +381,17 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
     """PPO steps until max_steps (or num_train_epochs of prompts), logging and checkpointing on the way."""
     from transformers import TrainerControl, TrainerState, get_scheduler
 
-    args = loop.args
+    args, processes = loop.args, loop.processes
     train = datasets["train"]
     rollout_size = (args.per_device_train_batch_size * max(1, args.gradient_accumulation_steps)
-                    * max(1, loop.config.finetuning.ppo_buffer_size))
-    per_epoch = max(1, len(train) // rollout_size)
+                    * max(1, loop.config.finetuning.ppo_buffer_size))  # each process's share
+    per_epoch = max(1, len(train) // (rollout_size * processes.world))
     max_steps = args.max_steps if args.max_steps > 0 else int(args.num_train_epochs * per_epoch)
     scheduler = get_scheduler(args.lr_scheduler_type, loop.optimizer, args.get_warmup_steps(max_steps), max_steps)
-    state, control = TrainerState(max_steps=max_steps, logging_steps=args.logging_steps), TrainerControl()
+    state = TrainerState(max_steps=max_steps, logging_steps=args.logging_steps,
+                         is_local_process_zero=processes.state.is_local_main_process,
+                         is_world_process_zero=processes.is_main)  # the callbacks log and write on the main one
+    control = TrainerControl()
     loop.state = state
     resume = loop.config.training.get("resume_from_checkpoint")
     if resume:
@@ -317,7 +400,8 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
         callback.on_train_begin(args, state, control)
     if state.global_step == 0 and has_validation(datasets):  # the reward before training, to compare with after
         _log(callbacks, args, state, {"eval_reward": loop.mean_reward(datasets["validation"], collator)})
-    batches = prompt_batches(train, collator, rollout_size, args.seed, skip=state.global_step)
+    batches = prompt_batches(train, collator, rollout_size, args.seed, skip=state.global_step,
+                             rank=processes.rank, world=processes.world)
     window = loop.log_window
     start = time.time()
     while state.global_step < max_steps:
@@ -370,12 +454,15 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
     callbacks = build_callbacks(config, output_dir, extra_callbacks)
     try:
         train_metrics = train_loop(loop, datasets, collator, callbacks, output_dir)
-        save_policy(loop, output_dir)
+        if loop.processes.is_main:
+            save_policy(loop, output_dir)
         evals = {}
-        if has_validation(datasets):
+        if has_validation(datasets):  # every process samples the same prompts with the same seed
             evals["eval_reward"] = loop.mean_reward(datasets["validation"], collator)
             _log(callbacks, args, loop.state, evals)
-        write_results(output_dir, train_metrics, evals)
+        if loop.processes.is_main:
+            write_results(output_dir, train_metrics, evals)
+        loop.processes.wait()
     finally:
         for callback in callbacks:
             if isinstance(callback, MlflowMetricsCallback):

@@ -34,10 +34,19 @@ def masked_mean(values, mask, dim=None):
     return (values * mask).sum(dim) / mask.sum(dim).clamp(min=1)
 
 
-def masked_whiten(values, mask, shift_mean: bool = True):
-    """Zero-mean unit-variance over the masked entries (the mean is kept when `shift_mean` is false)."""
-    mean = masked_mean(values, mask)
-    var = masked_mean((values - mean) ** 2, mask)
+def masked_whiten(values, mask, shift_mean: bool = True, total=None):
+    """Zero-mean unit-variance over the masked entries (the mean is kept when `shift_mean` is false).
+
+    `total` sums a tensor over the training processes: with it the statistics are those of every process's
+    entries together, as one process holding the whole rollout would compute them.
+    """
+    if total is None:
+        mean = masked_mean(values, mask)
+        var = masked_mean((values - mean) ** 2, mask)
+    else:
+        count = total(mask.sum()).clamp(min=1)
+        mean = total((values * mask).sum()) / count
+        var = total((((values - mean) ** 2) * mask).sum()) / count
     whitened = (values - mean) * (var + 1e-8).rsqrt()
     return (whitened if shift_mean else whitened + mean) * mask
 

@@ -165,7 +165,7 @@ def test_launch_command_uses_the_shipped_accelerate_and_deepspeed_configs(tiny_m
     assert "--multi_gpu" in plain and plain[plain.index("--num_processes") + 1] == "2" and "env" not in plain
     ppo = launch_command(make_config(tiny_model_dir, tmp_path / "out", stage="ppo", reward_model=str(tiny_model_dir),
                                      reward_model_type="full"), tmp_path / "c.yaml")
-    assert "--multi_gpu" not in ppo and ppo[ppo.index("--num_processes") + 1] == "1"  # our PPO loop: one process
+    assert "--multi_gpu" in ppo and ppo[ppo.index("--num_processes") + 1] == "2"  # our PPO loop: data parallel too
     for name, stage in (("ds_z2_config", 2), ("ds_z3_config", 3), ("ds_z3_offload_config", 3)):
         path = f"{repo}/examples/deepspeed/{name}.json"
         assert json.loads(Path(path).read_text())["zero_optimization"]["stage"] == stage

@@ -271,3 +271,65 @@ def test_the_demo_ppo_raises_the_reward_of_the_demo_reward_model(tmp_path):
 
     assert run_evaluation(config, dataset, None)["metrics"]["reward"] == pytest.approx(before, abs=1e-4)
     assert run_evaluation(config, dataset, str(tmp_path / "ppo"))["metrics"]["reward"] == pytest.approx(after, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_run_ppo_as_one_process_with_the_whole_rollout(tiny_model_dir, reward_model_dir, tmp_path):
+    """Data parallel PPO over gloo (2 processes x 2 answers) against 1 process x 4 answers, greedy answers and
+    one micro-batch per answer: the same rollouts, so the same normalised scores, whitened advantages, KL and
+    averaged gradients, step by step. It fails if any statistic is taken per process, or gradients are not
+    averaged. Launched with the training step's own `accelerate launch` command; a checkpoint is written by
+    both processes (each its random state)."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from tuneline.config import dump_config
+    from tuneline.data import build_dataset
+    from tuneline.train.launch import launch_command, run_streaming
+
+    shared = {"max_steps": 3, "per_device_train_batch_size": 1, "do_sample": False, "lora_dropout": 0.0,
+              "ppo_epochs": 1, "save_strategy": "steps", "save_steps": 2, "max_samples": 24}
+    one = ppo_config(tiny_model_dir, reward_model_dir, tmp_path / "one", gradient_accumulation_steps=4, **shared)
+    two = ppo_config(tiny_model_dir, reward_model_dir, tmp_path / "two", gradient_accumulation_steps=2,
+                     num_processes=2, **shared)
+    dataset = build_dataset(one)["path"]
+    paths = {name: dump_config(config, tmp_path / f"{name}.yaml") for name, config in (("one", one), ("two", two))}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    single = subprocess.Popen([sys.executable, "-m", "tuneline.train", str(paths["one"]), "--dataset", dataset],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = launch_command(two, paths["two"], dataset)
+    assert "--multi_gpu" in cmd and cmd[cmd.index("--num_processes") + 1] == "2"
+    run_streaming(cmd, env, lambda line: None)
+    assert single.wait() == 0
+
+    def logged(config):
+        lines = (Path(config.output_dir) / "trainer_log.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    one_log, two_log = logged(one), logged(two)
+    assert [e["current_steps"] for e in two_log if "reward" in e] == [1, 2, 3]  # logged once, not per process
+    for a, b in zip(one_log, two_log, strict=True):
+        for name in ("reward", "kl", "kl_coef", "policy_loss", "value_loss", "eval_reward"):
+            if name in a:
+                assert b[name] == pytest.approx(a[name], rel=1e-3, abs=1e-5), (a["current_steps"], name)
+    assert len({e["policy_loss"] for e in one_log if "policy_loss" in e}) == 3  # the policy moved between steps
+    a = load_file(str(Path(one.output_dir) / "adapter_model.safetensors"))
+    b = load_file(str(Path(two.output_dir) / "adapter_model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    checkpoint = Path(two.output_dir) / "checkpoint-2"
+    assert (checkpoint / "ppo_state.pt").is_file() and (checkpoint / "ppo_rng_1.pt").is_file()
+
+    # Both processes resume from that checkpoint and end as the uninterrupted pair did.
+    resumed = ppo_config(tiny_model_dir, reward_model_dir, tmp_path / "resumed", gradient_accumulation_steps=2,
+                         num_processes=2, resume_from_checkpoint=str(checkpoint), **shared)
+    path = dump_config(resumed, tmp_path / "resumed.yaml")
+    run_streaming(launch_command(resumed, path, dataset), env, lambda line: None)
+    def step_3(log):
+        return next(e for e in log if e.get("current_steps") == 3 and "reward" in e)
+
+    assert step_3(logged(resumed))["policy_loss"] == pytest.approx(step_3(two_log)["policy_loss"], abs=1e-6)
+    c = load_file(str(Path(resumed.output_dir) / "adapter_model.safetensors"))
+    assert all(torch.allclose(b[k], c[k], atol=1e-6) for k in b)
