@@ -43,7 +43,8 @@ def run_flow(config_path, overrides=None):
 def task_states(flow_run_id) -> dict[str, list[str]]:
     """{task name: [state names]} of one flow run, read back from the Prefect API.
 
-    The server records task-run states from events, a moment after the flow returns: read until each run has one.
+    The server records task-run states from events, a moment after the flow returns: read until each run's
+    state is final (a fast cached step was once read back as 'Running', its final state not yet recorded).
     """
     import time
 
@@ -56,7 +57,7 @@ def task_states(flow_run_id) -> dict[str, list[str]]:
 
     deadline = time.monotonic() + 30
     runs = asyncio.run(read())
-    while any(run.state is None for run in runs) and time.monotonic() < deadline:
+    while any(run.state is None or not run.state.is_final() for run in runs) and time.monotonic() < deadline:
         time.sleep(0.2)
         runs = asyncio.run(read())
     out: dict[str, list[str]] = {}
