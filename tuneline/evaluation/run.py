@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tuneline.evaluation import generation, scoring
@@ -125,7 +126,7 @@ def import_libraries(config) -> None:
     """
     import peft  # noqa: F401
     import torch  # noqa: F401
-    from transformers import GenerationConfig  # noqa: F401
+    from transformers import AutoConfig, GenerationConfig  # noqa: F401
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING,
         MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
@@ -137,22 +138,12 @@ def import_libraries(config) -> None:
     if config.stage == "sft":
         import sacrebleu  # noqa: F401
         from rouge_score import rouge_scorer  # noqa: F401
-    load_tokenizer(config.model)  # its config class and tokenizer modules
-    model_type = _local_model_config(config.model.model_name_or_path)
-    if model_type is not None:  # the family's modeling module, as loading it would
-        mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING if config.stage == "rm" else MODEL_FOR_CAUSAL_LM_MAPPING
-        mapping.get(model_type, None)
-
-
-def _local_model_config(path):
-    """The config class of a local model folder; None for a hub id (nothing is fetched here)."""
-    from pathlib import Path
-
-    from transformers import AutoConfig
-
-    if not (Path(str(path)) / "config.json").is_file():
-        return None
-    return type(AutoConfig.from_pretrained(path))
+    if not (Path(str(config.model.model_name_or_path)) / "config.json").is_file():
+        return  # a hub id: nothing is fetched here, the evaluation itself loads from the hub's cache
+    load_tokenizer(config.model)  # the tokenizer's modules and the model config's class
+    model_config = AutoConfig.from_pretrained(config.model.model_name_or_path)
+    mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING if config.stage == "rm" else MODEL_FOR_CAUSAL_LM_MAPPING
+    mapping.get(type(model_config), None)  # the family's modeling module, as loading the model would
 
 
 def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:
