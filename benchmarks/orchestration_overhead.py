@@ -7,8 +7,8 @@ through `accelerate launch` as the flow's train step does, and (b) through `tune
 on the ephemeral API, with evaluation, plots and model card), then (c) the same flow command again, which must
 be a full cache hit. A 1-step flow run comes first, as a user's first run: it creates the MLflow and Prefect
 databases, tokenizes and scores the base model, so (b) is the steady state of retraining (only train and what
-follows it run) and the one-off cost is printed on its own line. Prints the wall times, each run's training-loop time (the Trainer's train_runtime), the
-flow's extra share, and the extra once the evaluation tasks (work the bare run does not do) are taken out, read
+follows it run) and the one-off cost is printed on its own line. Prints the wall times, each run's
+training-loop time (the Trainer's train_runtime), the flow's extra share, and the extra once the evaluation tasks (work the bare run does not do) are taken out, read
 from Prefect's own task-run records. Figures are printed, never asserted.
 """
 

@@ -7,7 +7,6 @@ killed parent leaves no marker, so the next start launches again and the child r
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -148,7 +147,7 @@ def _import_while_child_boots(config: RunConfig) -> threading.Thread:
     def run() -> None:
         try:
             import_libraries(config)
-            importlib.import_module("matplotlib.backends.backend_agg")
+            import matplotlib.backends.backend_agg  # noqa: F401 - what the plot step draws with
         except Exception:  # noqa: BLE001 - the step that needs them imports them again and reports any error
             return
 

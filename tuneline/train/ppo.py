@@ -103,7 +103,14 @@ class Processes:
         return summed.to(tensor.device)
 
     def mean(self, value: float) -> float:
-        return value if self.world == 1 else self.total(torch.tensor(float(value))).item() / self.world
+        return self.means({"value": value})["value"]
+
+    def means(self, values: dict[str, float]) -> dict[str, float]:
+        """Each value averaged over the processes, in one exchange."""
+        if self.world == 1:
+            return values
+        summed = self.total(torch.tensor([float(v) for v in values.values()], dtype=torch.float64))
+        return {name: (total / self.world).item() for name, total in zip(values, summed, strict=True)}
 
     def gather(self, tensor):
         if self.world == 1:
@@ -166,11 +173,10 @@ class PPOLoop:
         every = processes.gather(scores)  # every process's answers: the statistics of the whole rollout
         scores = (scores - every.mean()) / (every.std() + 1e-8) if ft.ppo_score_norm and len(every) > 1 else scores
         rewards, kl = ppo_core.token_rewards(scores, roll.logps, ref_logps, mask, self.kl.coef)
-        total = processes.total if processes.world > 1 else None
         if ft.ppo_whiten_rewards:
-            rewards = ppo_core.masked_whiten(rewards, mask, shift_mean=False, total=total)
+            rewards = ppo_core.masked_whiten(rewards, mask, shift_mean=False, total=processes.total)
         advantages, roll.returns = ppo_core.gae(rewards, roll.values, mask, self.hyper.gamma, self.hyper.lam)
-        roll.advantages = ppo_core.masked_whiten(advantages, mask, total=total)
+        roll.advantages = ppo_core.masked_whiten(advantages, mask, total=processes.total)
         roll.kl = processes.mean(kl.sum(-1).mean().item())
         return roll
 
@@ -209,15 +215,15 @@ class PPOLoop:
                 if args.max_grad_norm:
                     torch.nn.utils.clip_grad_norm_(self.params, args.max_grad_norm)
                 self.optimizer.step()
-        return {name: self.processes.mean(total / max(count, 1)) for name, total in sums.items()}
+        return {name: total / max(count, 1) for name, total in sums.items()}  # this process's means
 
     def step(self, batch) -> dict[str, float]:
         batch = {k: v.to(self.args.device) for k, v in batch.items() if hasattr(v, "to")}
         roll = self.rollout(batch)
         metrics = self.optimise(roll)
-        mean = self.processes.mean
-        metrics.update(reward=mean(roll.scores.mean().item()), kl=roll.kl, kl_coef=self.kl.coef,
-                       response_length=mean(roll.mask.sum(-1).mean().item()))
+        metrics.update(reward=roll.scores.mean().item(), response_length=roll.mask.sum(-1).mean().item())
+        metrics = self.processes.means(metrics)
+        metrics.update(kl=roll.kl, kl_coef=self.kl.coef)  # roll.kl is already the mean over the processes
         self.kl.update(roll.kl, len(roll.ids) * self.processes.world)
         return metrics
 
@@ -359,8 +365,8 @@ def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
     loop.optimizer.load_state_dict(saved["optimizer"])
     scheduler.load_state_dict(saved["scheduler"])
     loop.kl.coef = saved["kl_coef"]
-    own = checkpoint / f"ppo_rng_{loop.processes.rank}.pt"
     if loop.processes.rank > 0:
+        own = checkpoint / f"ppo_rng_{loop.processes.rank}.pt"
         if not own.is_file():
             raise UserError(f"{checkpoint} was saved by fewer processes than the {loop.processes.world} now "
                             f"running (no random state for process {loop.processes.rank}); resume with the "

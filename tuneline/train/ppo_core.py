@@ -40,13 +40,10 @@ def masked_whiten(values, mask, shift_mean: bool = True, total=None):
     `total` sums a tensor over the training processes: with it the statistics are those of every process's
     entries together, as one process holding the whole rollout would compute them.
     """
-    if total is None:
-        mean = masked_mean(values, mask)
-        var = masked_mean((values - mean) ** 2, mask)
-    else:
-        count = total(mask.sum()).clamp(min=1)
-        mean = total((values * mask).sum()) / count
-        var = total((((values - mean) ** 2) * mask).sum()) / count
+    total = total or (lambda tensor: tensor)
+    count = total(mask.sum()).clamp(min=1)
+    mean = total((values * mask).sum()) / count
+    var = total((((values - mean) ** 2) * mask).sum()) / count
     whitened = (values - mean) * (var + 1e-8).rsqrt()
     return (whitened if shift_mean else whitened + mean) * mask
 
