@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from tuneline.errors import UserError
 COMPLETE_MARKER = "TRAIN_COMPLETE.json"
 RESOLVED_CONFIG = "tuneline_config.yaml"
 TRAINER_LOG = "trainer_log.jsonl"
+PROGRESS_INTERVAL_S = 5.0
 
 
 def training_complete(output_dir: str | Path, key: str) -> bool:
@@ -66,10 +68,27 @@ def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
 
 
 class ProgressReader:
-    """Follows trainer_log.jsonl as the child appends to it; returns new entries since the last call."""
+    """Follows trainer_log.jsonl as the child appends to it: new entries since the last call, or the newest one.
 
-    def __init__(self, path: Path):
+    `due()` hands on the newest entry at most every `interval_s`: each report is an API call (a Prefect artifact
+    update, a database write on its server) taking CPU from training; one per logging step cost ~1% of a CPU run.
+    """
+
+    def __init__(self, path: Path, interval_s: float = PROGRESS_INTERVAL_S, clock: Callable[[], float] = time.monotonic):
         self.path, self.offset = path, 0
+        self.interval_s, self.clock = interval_s, clock
+        self.reported_at: float | None = None
+
+    def due(self) -> dict[str, Any] | None:
+        """The newest entry, if the last report is `interval_s` old and the log grew since; else None."""
+        now = self.clock()
+        if self.reported_at is not None and now - self.reported_at < self.interval_s:
+            return None
+        entries = self.new_entries()
+        if not entries:
+            return None
+        self.reported_at = now
+        return entries[-1]
 
     def new_entries(self) -> list[dict[str, Any]]:
         try:
@@ -100,7 +119,8 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
                 on_progress: Callable[[dict], None] | None = None, start_fresh: bool = False) -> dict[str, Any]:
     """Train (or resume) into config.output_dir; return a small reference to the result.
 
-    `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains again from step 0.
+    Each output line of the child goes to `on_line`; `on_progress` gets the newest trainer_log.jsonl entry at
+    most every PROGRESS_INTERVAL_S. `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains again from step 0.
     """
     from tuneline.train.launch import launch_command, run_streaming
 
@@ -119,9 +139,8 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
 
     def forward(line: str) -> None:
         on_line(line)
-        if on_progress:
-            for entry in reader.new_entries():
-                on_progress(entry)
+        if on_progress and (entry := reader.due()) is not None:
+            on_progress(entry)
 
     warm = _import_while_child_boots(config)
     try:

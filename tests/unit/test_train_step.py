@@ -1,0 +1,85 @@
+"""The flow's side of training (tuneline.pipeline.train_step, tuneline.train.launch): the device count that
+picks the launch, and the progress the train step reports while the child trains."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tuneline.pipeline.train_step import ProgressReader
+
+COUNT_AND_IMPORTS = ("import sys; from tuneline.train.launch import gpu_count; "
+                     "print(gpu_count(), 'torch' in sys.modules)")
+
+
+def _no_cuda_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    return {**env, **extra}
+
+
+def test_gpu_count_needs_no_torch_import():
+    """Importing torch to count devices cost ~2 s on the train step's path; the count is torch's all the same."""
+    import torch
+
+    out = subprocess.run([sys.executable, "-c", COUNT_AND_IMPORTS], env=_no_cuda_env(), capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == [str(torch.cuda.device_count()), "False"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="loads a stand-in ELF library")
+def test_gpu_count_reads_nvml_and_the_launch_follows_it(tmp_path, tiny_model_dir):
+    """A stand-in libnvidia-ml.so.1 reporting 3 devices (there is no GPU here to count): one process per GPU."""
+    source = tmp_path / "nvml.c"
+    source.write_text(textwrap.dedent("""
+        int nvmlInit_v2(void) { return 0; }
+        int nvmlDeviceGetCount_v2(unsigned int *count) { *count = 3; return 0; }
+        int nvmlShutdown(void) { return 0; }
+    """))
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "a C compiler builds the stand-in NVML library"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(tmp_path / "libnvidia-ml.so.1"), str(source)], check=True)
+    script = textwrap.dedent(f"""
+        import json, sys
+        from tuneline.config import load_config
+        from tuneline.train.launch import gpu_count, launch_command
+        config = load_config(None, {{"model_name_or_path": {str(tiny_model_dir)!r}, "stage": "sft", "dataset": "demo_sft",
+                               "dataset_dir": "data", "template": "chatml", "output_dir": "out"}}, check_paths=False)
+        print(json.dumps([gpu_count(), launch_command(config, "c.yaml"), "torch" in sys.modules]))
+    """)
+    env = _no_cuda_env(LD_LIBRARY_PATH=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, cmd, imported = json.loads(done.stdout)
+    assert count == 3 and not imported
+    assert "--multi_gpu" in cmd and cmd[cmd.index("--num_processes") + 1] == "3" and "env" not in cmd
+
+
+def test_progress_is_reported_at_most_every_interval(tmp_path):
+    """The train step reports the newest trainer_log entry, not one API call per logging step."""
+    log = tmp_path / "trainer_log.jsonl"
+    now = [100.0]
+    reader = ProgressReader(log, interval_s=5.0, clock=lambda: now[0])
+    assert reader.due() is None  # no log yet
+
+    def append(*steps: int, tail: str = "") -> None:
+        with log.open("a") as handle:
+            handle.write("".join(json.dumps({"current_steps": s, "percentage": s}) + "\n" for s in steps) + tail)
+
+    append(1, 2)
+    assert reader.due()["current_steps"] == 2  # the first report comes at once
+    append(3, 4)
+    now[0] += 4.9
+    assert reader.due() is None  # too soon: nothing sent, nothing lost either
+    append(5, tail='{"current_steps": 6, "perc')  # the child is halfway through writing step 6
+    now[0] += 0.1
+    assert reader.due()["current_steps"] == 5  # the newest whole entry
+    now[0] += 10
+    assert reader.due() is None  # the log did not grow
+    append(tail='entage": 6}\n')
+    assert reader.due()["current_steps"] == 6
