@@ -248,6 +248,25 @@ def test_background_logger_keeps_order_and_surfaces_hard_errors(uri, tmp_path):
     assert not (tmp_path / SPOOL_NAME).exists()  # nothing spooled for a refusal
 
 
+def test_background_logger_sends_an_interval_in_one_request_and_flush_sends_at_once(uri, tmp_path):
+    """Each request costs CPU that training pays for: what is logged within the interval goes together."""
+    run_id = tracking.open_run(uri, "e", "k", "r", {})
+    inner = tracking.StepMetricLogger(run_id, uri, tmp_path)
+    requests, send = [], inner.log_steps
+    inner.log_steps = lambda items: (requests.append([step for _, step, _ in items]), send(items))
+    logger = tracking.BackgroundStepLogger(inner, interval_s=60)
+    for step in range(1, 11):
+        logger.log({"loss": float(step)}, step)
+    start = time.monotonic()
+    logger.flush()
+    assert time.monotonic() - start < 10  # flush sends now, not after the interval
+    assert requests == [list(range(1, 11))]
+    assert tracking.metric_history(uri, run_id, "loss") == [(s, float(s)) for s in range(1, 11)]
+    logger.log({"loss": 11.0}, 11)
+    assert logger.close() == 0 and requests[-1] == [11]
+    assert tracking.metric_history(uri, run_id, "loss")[-1] == (11, 11.0)
+
+
 def test_short_http_settings_of_a_worker_never_reach_another_threads_upload(monkeypatch):
     import threading
 

@@ -387,6 +387,8 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
     """PPO steps until max_steps (or num_train_epochs of prompts), logging and checkpointing on the way."""
     from transformers import TrainerControl, TrainerState, get_scheduler
 
+    from tuneline.train.callbacks import MlflowMetricsCallback
+
     args, processes = loop.args, loop.processes
     train = datasets["train"]
     rollout_size = (args.per_device_train_batch_size * max(1, args.gradient_accumulation_steps)
@@ -423,6 +425,9 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
             window.clear()
         if args.save_strategy == "steps" and args.save_steps and state.global_step % int(args.save_steps) == 0:
             save_checkpoint(loop, state, scheduler, output_dir)
+            for callback in callbacks:
+                if isinstance(callback, MlflowMetricsCallback):
+                    callback.flush()  # the steps this checkpoint covers reach MLflow before a resume from it
     for callback in callbacks:
         callback.on_train_end(args, state, control)
     return {"train_runtime": time.time() - start, "train_steps": float(state.global_step),

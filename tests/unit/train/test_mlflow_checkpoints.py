@@ -66,6 +66,17 @@ class SaveProbe(TrainerCallback):
         self.seen.append((state.global_step, is_complete(out / name), (out / ".partial" / name).exists()))
 
 
+class LoggedAtSave(TrainerCallback):
+    """Records, at each on_save (after the metrics callback's), the last loss step MLflow already holds."""
+
+    def __init__(self, uri: str, run_id: str):
+        self.uri, self.run_id, self.seen = uri, run_id, []
+
+    def on_save(self, args, state, control, **kwargs):
+        history = tracking.metric_history(self.uri, self.run_id, "loss")
+        self.seen.append((state.global_step, history[-1][0] if history else None))
+
+
 def metrics_callback(trainer):
     from tuneline.train.callbacks import MlflowMetricsCallback
 
@@ -92,13 +103,15 @@ def test_real_checkpoints_logged_restored_into_empty_dir_and_resumed_exactly(
     lock, _ = prepare_output_dir(config, "train-key-1", run_id)
     lock.release()
     trainer, _ = build(config, "sft", tokenizer, splits)
-    probe = SaveProbe()
+    probe, sent = SaveProbe(), LoggedAtSave(uri, run_id)
     trainer.add_callback(probe)
+    trainer.add_callback(sent)
     trainer.add_callback(CrashAt(5))
     with pytest.raises(Crash):
         trainer.train()
     assert metrics_callback(trainer).close() is None  # as run_stage's `finally` does: what was logged is sent
     assert probe.seen == [(2, True, False), (4, True, False)]  # on_save comes after the rename
+    assert sent.seen == [(2, 2), (4, 4)]  # metrics go batched, but a checkpoint's steps are sent when it is saved
     store = client(uri)
     assert logged_checkpoints(store, run_id) == [(4, "checkpoint-4"), (2, "checkpoint-2")]
     marker = store.download_artifacts(run_id, f"checkpoints/checkpoint-4/{CHECKPOINT_MARKER}", str(tmp_path))
