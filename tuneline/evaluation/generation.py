@@ -93,11 +93,17 @@ class _WordTokenizer:
         return _WORDS.findall(text.lower())
 
 
-def text_metrics(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """exact_match (after strip), mean ROUGE-1/2/L F1 and mean sentence BLEU-4, all in [0, 1]."""
+def import_text_metrics():
+    """The scoring libraries `text_metrics` uses (rouge_score imports nltk and scipy: ~1.4 s here)."""
     import sacrebleu
     from rouge_score import rouge_scorer
 
+    return sacrebleu, rouge_scorer
+
+
+def text_metrics(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """exact_match (after strip), mean ROUGE-1/2/L F1 and mean sentence BLEU-4, all in [0, 1]."""
+    sacrebleu, rouge_scorer = import_text_metrics()
     if not predictions:
         return {}
     count = len(predictions)

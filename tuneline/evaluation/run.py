@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tuneline.evaluation import generation, scoring
@@ -118,32 +117,10 @@ STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = 
 }
 
 
-def import_libraries(config) -> None:
-    """Import what `run_evaluation(config)` imports, loading no weights and no data.
-
-    Most of an evaluation's time on a small model is imports (torch, transformers and the model family's own
-    modules, peft, the text metrics), so a caller with an idle core runs this first.
-    """
-    import peft  # noqa: F401
-    import torch  # noqa: F401
-    from transformers import AutoConfig, GenerationConfig  # noqa: F401
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING,
-        MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
-    )
-
-    import tuneline.data  # noqa: F401
-    from tuneline.model import load_tokenizer
-
-    if config.stage == "sft":
-        import sacrebleu  # noqa: F401
-        from rouge_score import rouge_scorer  # noqa: F401
-    if not (Path(str(config.model.model_name_or_path)) / "config.json").is_file():
-        return  # a hub id: nothing is fetched here, the evaluation itself loads from the hub's cache
-    load_tokenizer(config.model)  # the tokenizer's modules and the model config's class
-    model_config = AutoConfig.from_pretrained(config.model.model_name_or_path)
-    mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING if config.stage == "rm" else MODEL_FOR_CAUSAL_LM_MAPPING
-    mapping.get(type(model_config), None)  # the family's modeling module, as loading the model would
+def import_metric_libraries(stage: str) -> None:
+    """What `stage`'s evaluation imports to score beyond the model's own libraries, imported ahead of it."""
+    if generation_step in STAGE_STEPS.get(stage, ()):
+        generation.import_text_metrics()
 
 
 def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:

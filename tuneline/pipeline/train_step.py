@@ -7,17 +7,21 @@ killed parent leaves no marker, so the next start launches again and the child r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneline.config import RunConfig, dump_config
 from tuneline.errors import UserError
+
+if TYPE_CHECKING:
+    from tuneline.train.early_launch import EarlyLaunch
 
 COMPLETE_MARKER = "TRAIN_COMPLETE.json"
 RESOLVED_CONFIG = "tuneline_config.yaml"
@@ -67,6 +71,23 @@ def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
     return dataset_ref["path"]
 
 
+def evaluation_input(config: RunConfig, dataset_ref: dict) -> Path | None:
+    """The build-dataset result the child evaluates its model on for the evaluate step, saved beside the config.
+
+    None when there are no validation rows, or when every step reruns anyway (refresh_cache: the step would
+    not take the child's result).
+    """
+    if config.pipeline.refresh_cache or not dataset_ref.get("eval_rows"):
+        return None
+    from tuneline.train.output_dir import EVAL_DATASET_REF
+
+    path = config.output_dir / EVAL_DATASET_REF  # hidden: not one of the model files logged to MLflow
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(dataset_ref, default=str))
+    os.replace(tmp, path)
+    return path
+
+
 class ProgressReader:
     """Follows trainer_log.jsonl as the child appends to it: new entries since the last call, or the newest one.
 
@@ -74,7 +95,8 @@ class ProgressReader:
     update, a database write on its server) taking CPU from training; one per logging step cost ~1% of a CPU run.
     """
 
-    def __init__(self, path: Path, interval_s: float = PROGRESS_INTERVAL_S, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, path: Path, interval_s: float = PROGRESS_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic):
         self.path, self.offset = path, 0
         self.interval_s, self.clock = interval_s, clock
         self.reported_at: float | None = None
@@ -120,7 +142,8 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     """Train (or resume) into config.output_dir; return a small reference to the result.
 
     Each output line of the child goes to `on_line`; `on_progress` gets the newest trainer_log.jsonl entry at
-    most every PROGRESS_INTERVAL_S. `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains again from step 0.
+    most every PROGRESS_INTERVAL_S. `start_fresh` (a forced rerun, first attempt only: a retry must resume)
+    trains again from step 0. A launch started early for this run (`early_launch`) is used when it matches.
     """
     from tuneline.train.launch import launch_command, run_streaming
 
@@ -131,7 +154,8 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
         return json.loads((output_dir / COMPLETE_MARKER).read_text())
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path = dump_config(config, output_dir / RESOLVED_CONFIG)
-    cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
+    cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref),
+                         evaluation_input(config, dataset_ref))
     env = {**os.environ, "TUNELINE_TRAIN_KEY": key, "PYTHONUNBUFFERED": "1"}
     if mlflow_run_id:
         env.update(MLFLOW_RUN_ID=mlflow_run_id, MLFLOW_TRACKING_URI=str(tracking_uri))
@@ -142,11 +166,15 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
         if on_progress and (entry := reader.due()) is not None:
             on_progress(entry)
 
-    warm = _import_while_child_boots(config)
+    early = _take_early_launch()
+    process = early.begin(cmd, env) if early else None
+    warm = _import_while_training()
     try:
-        run_streaming(cmd, env, forward)
+        run_streaming(cmd, env, forward, process)
     finally:
         warm.join()  # no thread of ours outlives the step
+        if early:
+            early.close()
     metrics = _read_metrics(output_dir)
     ref = {"output_dir": str(output_dir), "train_key": key, "metrics": metrics, "mlflow_run_id": mlflow_run_id}
     tmp = output_dir / f".{COMPLETE_MARKER}.tmp"
@@ -155,19 +183,57 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     return ref
 
 
-def _import_while_child_boots(config: RunConfig) -> threading.Thread:
-    """Import here what the evaluation and plots after training import, while the child starts.
+_early: EarlyLaunch | None = None
 
-    The child's start is mostly single-threaded imports, so on another core this costs training little and
-    takes most of the tuned model's evaluation time (~5 s of ~6 s on the demo) off the run.
+
+@contextlib.contextmanager
+def early_launch(config: RunConfig) -> Iterator[EarlyLaunch | None]:
+    """Within: the launch this run's `train` step will need runs already, importing while the flow starts.
+
+    Only when that step will train (forced, or no finished training for its key in output_dir), so a cached
+    re-run starts nothing; not for a ppo run whose reward model a subflow trains first (that run's `train` comes
+    after a whole training). An early launch `train` did not use is stopped on exit.
     """
-    from tuneline.evaluation.run import import_libraries
+    global _early
+    launch = None
+    if not config.pipeline.reward_model_config and training_needed(config):
+        from tuneline.train.early_launch import EarlyLaunch
+        from tuneline.train.launch import launcher
+
+        launch = _early = EarlyLaunch(launcher(config), config.stage)
+    try:
+        yield launch
+    finally:
+        _early = None
+        if launch:
+            launch.close()
+
+
+def training_needed(config: RunConfig) -> bool:
+    """Whether this run's `train` step will launch a training: forced, or none finished for its key."""
+    from tuneline.pipeline import keys
+
+    if config.pipeline.refresh_cache:
+        return True
+    dataset_fp = keys.dataset_key(config)
+    return not training_complete(config.output_dir,
+                                 keys.train_key(config, dataset_fp, keys.reference_key(config, dataset_fp)))
+
+
+def _take_early_launch() -> EarlyLaunch | None:
+    """The early launch, once: a retry of the step launches anew."""
+    global _early
+    launch, _early = _early, None
+    return launch
+
+
+def _import_while_training() -> threading.Thread:
+    """Import the plot step's matplotlib (~0.8 s here) while the child trains, not after it."""
 
     def run() -> None:
         try:
-            import_libraries(config)
-            import matplotlib.backends.backend_agg  # noqa: F401 - what the plot step draws with
-        except Exception:  # noqa: BLE001 - the step that needs them imports them again and reports any error
+            import matplotlib.backends.backend_agg  # noqa: F401
+        except Exception:  # noqa: BLE001 - the plot step imports it again and reports any error
             return
 
     thread = threading.Thread(target=run, name="tuneline-warm-imports", daemon=True)

@@ -1,10 +1,13 @@
 """Training entry point, what `accelerate launch` runs in every process:
 
-    python -m tuneline.train CONFIG [--dataset PATH]
+    python -m tuneline.train CONFIG [--dataset PATH] [--evaluate DATASET_REF]
+    python -m tuneline.train --wait-for-start FILE --stage STAGE   (imports, then takes the rest from FILE)
 
 PATH is the processed dataset folder (or a JSON file holding the reference `build_dataset` returned); without
-it the dataset is built (or found in the step cache) here. Process 0 locks output_dir, decides whether to resume
-(see output_dir.py) and writes run.json; every process then trains from the same checkpoint. Environment:
+it the dataset is built (or found in the step cache) here. With --evaluate, a one-process run then does the
+flow's evaluate step for the trained model (see evaluate_trained); --wait-for-start is an early launch (see
+early_launch.py). Process 0 locks output_dir, decides whether to resume (see output_dir.py) and writes
+run.json; every process then trains from the same checkpoint. Environment:
 TUNELINE_TRAIN_KEY (the train step's key; computed here when absent), MLFLOW_RUN_ID + MLFLOW_TRACKING_URI (stream
 metrics into that run), TUNELINE_DIE_WITH_PARENT=1 (exit when the launching process dies). Exit code 2 with a
 one-line `tuneline: error:` message for anything the user can fix.
@@ -27,9 +30,17 @@ ERROR_PREFIX = "tuneline: error: "
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tuneline.train", description=__doc__.splitlines()[0])
-    parser.add_argument("config", help="resolved run config (YAML)")
+    parser.add_argument("config", nargs="?", help="resolved run config (YAML)")
     parser.add_argument("--dataset", default=None, help="processed dataset folder, or a JSON dataset reference")
-    return parser.parse_args(argv)
+    parser.add_argument("--evaluate", metavar="DATASET_REF", default=None,
+                        help="then run the evaluate step for the trained model on this build-dataset result (JSON)")
+    parser.add_argument("--wait-for-start", metavar="FILE", default=None,
+                        help="import first, then wait for FILE to give the arguments (see early_launch.py)")
+    parser.add_argument("--stage", default="sft", help="with --wait-for-start: the stage whose modules to import")
+    args = parser.parse_args(argv)
+    if not args.config and not args.wait_for_start:
+        parser.error("a config is required (or --wait-for-start FILE)")
+    return args
 
 
 def die_with_parent() -> None:
@@ -75,7 +86,7 @@ def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
     return lock
 
 
-def train(config_path: str, dataset_path: str | None) -> dict:
+def train(config_path: str, dataset_path: str | None, evaluate_on: str | None = None) -> dict:
     from accelerate import PartialState
 
     from tuneline.config import load_config
@@ -95,10 +106,41 @@ def train(config_path: str, dataset_path: str | None) -> dict:
         if state.is_main_process:
             write_run_file(config.output_dir, status="complete", global_step=result.get("global_step"),
                            finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        if evaluate_on and state.num_processes == 1:
+            evaluate_trained(config, evaluate_on)
         return result
     finally:
         if lock is not None:
             lock.release()
+
+
+def evaluate_trained(config, dataset_ref_file: str) -> None:
+    """The flow's `evaluate` step for the model just trained, run here, where its libraries are loaded already.
+
+    The result goes to the step cache under the step's own key (train key, data, eval config), where the step
+    finds it: the flow's process then imports no torch, transformers or peft (~5 s of CPU that competed with
+    training). One process only (not DeepSpeed); whatever fails here is left to the step, which reports it.
+    """
+    key = os.environ.get("TUNELINE_TRAIN_KEY")
+    if not key or config.training.get("deepspeed"):
+        return
+    import gc
+
+    import torch
+
+    from tuneline.evaluate import evaluate_model
+
+    gc.collect()  # the trainer is done with: never two models in memory at once
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    log = logging.getLogger("tuneline")
+    try:
+        done = evaluate_model(config, json.loads(Path(dataset_ref_file).read_text()), str(config.output_dir), key)
+    except Exception as err:  # noqa: BLE001 - the evaluate step runs it again and reports the error
+        log.info("the trained model is left to the evaluate step: %s", err)
+        return
+    log.info("evaluated the trained model for the evaluate step: %s",
+             ", ".join(f"{name} {value:.4g}" for name, value in sorted(done["metrics"].items())))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        train(args.config, args.dataset)
+        if args.wait_for_start:
+            from tuneline.train.early_launch import wait_for_start
+
+            args = parse_args(wait_for_start(args.wait_for_start, args.stage))
+        train(args.config, args.dataset, args.evaluate)
     except UserError as err:
         print(ERROR_PREFIX + str(err).replace("\n", "\n  "), file=sys.stderr, flush=True)
         return err.exit_code
@@ -114,4 +160,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tuneline.quick_exit import exit_quickly
+
+    exit_quickly(main())  # torch's and MLflow's teardown took 1.2-1.9 s after every training

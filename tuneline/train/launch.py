@@ -80,14 +80,21 @@ def _nvml_device_count() -> int | None:
         nvml.nvmlShutdown()
 
 
-def launch_command(config, config_path: Path | str, dataset_path: str | None = None) -> list[str]:
-    """`accelerate launch ... -m tuneline.train CONFIG [--dataset PATH]` for this config and machine."""
+def launch_command(config, config_path: Path | str, dataset_path: str | None = None,
+                   evaluate_on: Path | str | None = None) -> list[str]:
+    """`accelerate launch ... -m tuneline.train CONFIG [--dataset PATH] [--evaluate REF]` for this config and
+    machine."""
+    return [*launcher(config), "-m", "tuneline.train", *train_arguments(config_path, dataset_path, evaluate_on)]
+
+
+def launcher(config) -> list[str]:
+    """`accelerate launch` with this config's processes and threads on this machine: what precedes `-m`."""
     gpus = gpu_count()
     use_cpu = not gpus or bool(config.training.get("use_cpu"))
     processes = config.pipeline.num_processes or (1 if use_cpu else gpus)
     # accelerate starts N CPU processes (gloo) only with --multi_gpu and ACCELERATE_USE_CPU in its environment
     cmd = ["env", "ACCELERATE_USE_CPU=true"] if use_cpu else []
-    cmd += [sys.executable, "-m", "accelerate.commands.launch"]
+    cmd += [sys.executable, "-m", "tuneline.train.accelerate_launch"]  # accelerate's launcher, a quicker exit
     if config.pipeline.accelerate_config:
         cmd += ["--config_file", str(config.pipeline.accelerate_config)]
         if config.pipeline.num_processes:
@@ -99,10 +106,14 @@ def launch_command(config, config_path: Path | str, dataset_path: str | None = N
             cmd += ["--multi_gpu"]
     if use_cpu:
         cmd += ["--num_cpu_threads_per_process", str(cpu_threads_per_process(processes))]
-    cmd += ["-m", "tuneline.train", str(config_path)]
-    if dataset_path:
-        cmd += ["--dataset", str(dataset_path)]
     return cmd
+
+
+def train_arguments(config_path: Path | str, dataset_path: str | None = None,
+                    evaluate_on: Path | str | None = None) -> list[str]:
+    """The entry point's own arguments: `CONFIG [--dataset PATH] [--evaluate REF]`."""
+    return [str(config_path), *(["--dataset", str(dataset_path)] if dataset_path else []),
+            *(["--evaluate", str(evaluate_on)] if evaluate_on else [])]
 
 
 def cpu_threads_per_process(processes: int) -> int:
@@ -132,14 +143,26 @@ def die_with_parent(signum: int = signal.SIGKILL) -> bool:
         return False
 
 
-def run_streaming(cmd: list[str], env: dict[str, str] | None, on_line: Callable[[str], None]) -> None:
-    """Run cmd, pass each output line (stdout and stderr) to on_line; raise TrainingFailed on a non-zero exit."""
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
+def process_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The environment a training process gets: `env` (else ours), unbuffered, and told to die with its parent."""
     env = dict(os.environ if env is None else env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["TUNELINE_DIE_WITH_PARENT"] = "1"
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace", bufsize=1, preexec_fn=die_with_parent) as proc:
+    return env
+
+
+def start_process(cmd: list[str], env: dict[str, str] | None) -> subprocess.Popen:
+    """Start cmd with its stdout and stderr in one text pipe; on Linux it is killed if this process dies."""
+    return subprocess.Popen(cmd, env=process_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", bufsize=1, preexec_fn=die_with_parent)
+
+
+def run_streaming(cmd: list[str], env: dict[str, str] | None, on_line: Callable[[str], None],
+                  process: subprocess.Popen | None = None) -> None:
+    """Run cmd (or follow `process`, started for it already), pass each output line (stdout and stderr) to
+    on_line; raise TrainingFailed on a non-zero exit."""
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    with process or start_process(cmd, env) as proc:
         try:
             for raw in proc.stdout:
                 for line in raw.rstrip("\n").split("\r"):

@@ -24,9 +24,11 @@ RUN_FILE = "run.json"
 LOCK_FILE = ".tuneline.lock"
 OWNER_FILE = ".tuneline.lock.owner"
 TRAIN_CODE_VERSION = "train-1"
+# What the train step writes there for the child to read: the build-dataset result to evaluate on.
+EVAL_DATASET_REF = ".tuneline_eval_dataset.json"
 # Files that may sit in an output_dir before training without making it "another run's": the lock, and
-# the resolved config the launcher writes there first (any top-level *.yaml).
-_HARMLESS = {LOCK_FILE, OWNER_FILE}
+# the inputs the launcher writes there first (the resolved config, any top-level *.yaml, and the above).
+_HARMLESS = {LOCK_FILE, OWNER_FILE, EVAL_DATASET_REF}
 
 # Keys that change how a run is watched or stored, not the weights it ends with.
 COSMETIC_KEYS = frozenset({
@@ -118,7 +120,7 @@ def write_run_file(output_dir: str | Path, **fields: Any) -> dict[str, Any]:
 
 
 def _foreign_entries(root: Path) -> list[Path]:
-    """What would be lost by starting over: everything but the lock and top-level YAML configs."""
+    """What would be lost by starting over: everything but the lock and the launcher's inputs."""
     return [p for p in root.iterdir() if p.name not in _HARMLESS and not (p.is_file() and p.suffix in (".yaml", ".yml"))]
 
 

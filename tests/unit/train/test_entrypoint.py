@@ -158,7 +158,7 @@ def test_launch_command_uses_the_shipped_accelerate_and_deepspeed_configs(tiny_m
     fsdp = f"{repo}/examples/accelerate/fsdp_config.yaml"
     config = make_config(tiny_model_dir, tmp_path / "out", accelerate_config=fsdp, num_processes=2)
     cmd = launch_command(config, tmp_path / "c.yaml")
-    assert cmd[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert cmd[:3] == [sys.executable, "-m", "tuneline.train.accelerate_launch"]  # accelerate launch's main()
     assert cmd[cmd.index("--config_file") + 1] == fsdp and cmd[cmd.index("--num_processes") + 1] == "2"
     assert yaml.safe_load(Path(fsdp).read_text())["distributed_type"] == "FSDP"
     plain = launch_command(make_config(tiny_model_dir, tmp_path / "out"), tmp_path / "c.yaml")
