@@ -164,7 +164,7 @@ def test_server_lost_during_training_metrics_spooled_then_sent_none_lost(server,
     out = tmp_path / "out"
     assert tracking.log_checkpoint(run_id, fake_checkpoint(out, 5), train_key="k") == "checkpoints/checkpoint-5"
     # what training uses: the spooling logger behind its worker thread
-    logger = tracking.BackgroundStepLogger(tracking.StepMetricLogger(run_id, uri, out, retry_interval_s=0.5))
+    logger = tracking.BackgroundStepLogger(lambda: tracking.StepMetricLogger(run_id, uri, out, retry_interval_s=0.5))
     for step in range(1, 6):
         logger.log({"loss": float(step)}, step)
     logger.flush()

@@ -221,7 +221,7 @@ def test_spool_when_server_down_at_start_then_flush_without_duplicates(uri, tmp_
 
 def test_background_logger_keeps_order_and_surfaces_hard_errors(uri, tmp_path):
     run_id = tracking.open_run(uri, "e", "k", "r", {})
-    logger = tracking.BackgroundStepLogger(tracking.StepMetricLogger(run_id, uri, tmp_path))
+    logger = tracking.BackgroundStepLogger(lambda: tracking.StepMetricLogger(run_id, uri, tmp_path))
     waits, logged_at = [], {}
     for step in range(1, 21):
         start = time.perf_counter()
@@ -237,7 +237,7 @@ def test_background_logger_keeps_order_and_surfaces_hard_errors(uri, tmp_path):
         assert low <= metric.timestamp <= high, metric
 
     other = tracking.open_run(uri, "e", "k2", "r", {})
-    failing = tracking.BackgroundStepLogger(tracking.StepMetricLogger(other, uri, tmp_path))
+    failing = tracking.BackgroundStepLogger(lambda: tracking.StepMetricLogger(other, uri, tmp_path))
     client(uri).delete_run(other)  # not an outage: MLflow refuses, and training must hear about it
     failing.log({"loss": 1.0}, 1)
     from mlflow.exceptions import MlflowException
@@ -249,14 +249,18 @@ def test_background_logger_keeps_order_and_surfaces_hard_errors(uri, tmp_path):
 
 
 def test_background_logger_sends_an_interval_in_one_request_and_flush_sends_at_once(uri, tmp_path):
-    """Each request costs CPU that training pays for: what is logged within the interval goes together."""
+    """Each request costs CPU that training pays for: what is logged within the interval goes together. The
+    MLflow client is built by the worker too (importing MLflow and opening a store take ~1.5 s): logging
+    never waits for it."""
     run_id = tracking.open_run(uri, "e", "k", "r", {})
     inner = tracking.StepMetricLogger(run_id, uri, tmp_path)
     requests, send = [], inner.log_steps
     inner.log_steps = lambda items: (requests.append([step for _, step, _ in items]), send(items))
-    logger = tracking.BackgroundStepLogger(inner, interval_s=60)
+    logger = tracking.BackgroundStepLogger(lambda: (time.sleep(2), inner)[1], interval_s=60)
+    start = time.monotonic()
     for step in range(1, 11):
         logger.log({"loss": float(step)}, step)
+    assert time.monotonic() - start < 1.0  # the logger is still being built: the steps only queue
     start = time.monotonic()
     logger.flush()
     assert time.monotonic() - start < 10  # flush sends now, not after the interval

@@ -19,6 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from tuneline.tracking.step_logger import StepMetricLogger
 
@@ -28,10 +29,15 @@ _FLUSH, _STOP = object(), object()
 
 
 class BackgroundStepLogger:
-    """Wraps a StepMetricLogger: `log` only enqueues; the worker calls the wrapped logger in order."""
+    """Wraps a StepMetricLogger: `log` only enqueues; the worker calls the wrapped logger in order.
 
-    def __init__(self, logger: StepMetricLogger, interval_s: float = SEND_INTERVAL_S):
-        self.logger = logger
+    The worker also builds it (`make_logger`): importing MLflow and opening its store took ~1.5 s that the
+    training's first step waited for; now the first steps run meanwhile and are sent once it is open.
+    """
+
+    def __init__(self, make_logger: Callable[[], StepMetricLogger], interval_s: float = SEND_INTERVAL_S):
+        self.make_logger = make_logger
+        self.logger: StepMetricLogger | None = None
         self.interval_s = interval_s
         self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
@@ -51,6 +57,10 @@ class BackgroundStepLogger:
         return batch
 
     def _work(self) -> None:
+        try:
+            self.logger = self.make_logger()
+        except BaseException as err:  # the caller sees it at its next log(), flush() or close()
+            self._error = err
         stop = False
         while not stop:
             batch = self._next_batch()
@@ -90,4 +100,4 @@ class BackgroundStepLogger:
             self._queue.put(_STOP)
             self._thread.join()
         self._raise_error()
-        return self.logger.close()
+        return self.logger.close() if self.logger else 0

@@ -129,7 +129,7 @@ def _default_logger_factory(run_id: str, tracking_uri: str, spool_dir: Path):
     """Sends from a worker thread, batched: a synchronous send would add ~30-70 ms to every logging step."""
     from tuneline.tracking import BackgroundStepLogger, StepMetricLogger
 
-    return BackgroundStepLogger(StepMetricLogger(run_id, tracking_uri, spool_dir))
+    return BackgroundStepLogger(lambda: StepMetricLogger(run_id, tracking_uri, spool_dir))
 
 
 def build_callbacks(config, output_dir: str | Path, extra: list | None = None) -> list:

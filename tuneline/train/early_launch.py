@@ -70,6 +70,8 @@ def wait_for_start(start_file: str | Path, stage: str) -> list[str]:
     """In the launched process: import what `stage` trains and evaluates with, wait for the start file, take
     its environment entries and return the entry point's arguments."""
     began = time.monotonic()
+    import mlflow  # noqa: F401 - what the metrics logger sends with, in a flow's training always
+
     import tuneline.train.training_args  # noqa: F401 - what the entry point imports first
     from tuneline.evaluation.run import import_metric_libraries
     from tuneline.train import stage_runner
