@@ -200,7 +200,8 @@ def early_launch(config: RunConfig) -> Iterator[EarlyLaunch | None]:
         from tuneline.train.early_launch import EarlyLaunch
         from tuneline.train.launch import launcher
 
-        launch = _early = EarlyLaunch(launcher(config), config.stage)
+        with contextlib.suppress(OSError):  # not started (no temp space, no process): `train` launches as ever
+            launch = _early = EarlyLaunch(launcher(config), config.stage)
     try:
         yield launch
     finally:
