@@ -53,6 +53,7 @@ def test_cli_train_runs_on_a_temporary_server_and_stops_it(tmp_path, tiny_model_
         assert run.returncode == 0, run.stderr[-3000:]
         assert not _answers(_server_port(run.stderr)), "the temporary server must stop with the run"
         assert "View at" not in run.stderr, "no links into a server that has stopped"
+    assert "started early" in runs[0].stderr, "the training launch starts while the flow does (first run too)"
     cached = re.findall(r"Task run '([\w-]+)[^']*' - Finished in state Cached", runs[1].stderr)
     assert set(cached) >= {"load-tokenizer", "build-dataset", "train", "evaluate", "plot", "model-card"}, cached
 

@@ -23,8 +23,10 @@ from pathlib import Path
 
 from tuneline.train.launch import process_env, start_process
 
-# What may still change after the imports: the entry point reads these only once it starts.
-START_ENV = frozenset({"TUNELINE_TRAIN_KEY", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI"})
+# What may still change after the imports: the entry point reads these only once it starts; and the
+# variable torch's inductor sets on import to its default (in the flow's process when an earlier step imported
+# torch, and in the child as it imports), read only when something compiles.
+START_ENV = frozenset({"TUNELINE_TRAIN_KEY", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "TORCHINDUCTOR_CACHE_DIR"})
 ENTRY = ["-m", "tuneline.train"]
 POLL_S = 0.02
 

@@ -29,15 +29,20 @@ def built(tiny_model_dir, tmp_path_factory):
     return root, build_dataset(make_config(tiny_model_dir, root / "unused", **SETTINGS))
 
 
-def test_the_train_step_takes_the_early_launch_and_the_child_evaluates_for_the_evaluate_step(tiny_model_dir, built):
+def test_the_train_step_takes_the_early_launch_and_the_child_evaluates_for_the_evaluate_step(
+        tiny_model_dir, built, monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
     from tuneline.evaluate import evaluate_model
 
     root, dataset = built
     config = make_config(tiny_model_dir, root / "out", **SETTINGS)
     key = keys.train_key(config, dataset["fingerprint"], keys.reference_key(config, dataset["fingerprint"]))
     lines: list[str] = []
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     with early_launch(config) as early:
         assert early is not None, "no finished training for this key: the launch starts at once"
+        cache_dir()  # what torch does here on a first run, once a step before `train` imported it
         result = train_model(config, dataset, None, key, None, None, on_line=lines.append)
         assert early.process.returncode == 0 and not early.folder.exists()
     assert result["train_key"] == key and (root / "out" / COMPLETE_MARKER).is_file()
