@@ -67,7 +67,7 @@ class BackgroundStepLogger:
             stop = batch[-1] is _STOP
             items = [item for item in batch if item is not _FLUSH and item is not _STOP]
             try:
-                if items and self._error is None:  # after a hard error nothing more is sent; the caller sees it
+                if items and self._error is None and self.logger:  # after a hard error nothing more is sent
                     self.logger.log_steps(items)
             except BaseException as err:
                 self._error = err

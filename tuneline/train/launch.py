@@ -56,9 +56,7 @@ def gpu_count() -> int:
     try:
         counted = _nvml_device_count()
     except OSError:  # no NVML library: no NVIDIA driver
-        if not os.path.exists("/dev/kfd"):
-            return 0
-        counted = None
+        counted = None if os.path.exists("/dev/kfd") else 0
     if counted is not None:
         return counted
     import torch
