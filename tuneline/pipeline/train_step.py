@@ -81,9 +81,13 @@ def evaluation_input(config: RunConfig, dataset_ref: dict) -> Path | None:
         return None
     from tuneline.train.output_dir import EVAL_DATASET_REF
 
-    path = config.output_dir / EVAL_DATASET_REF  # hidden: not one of the model files logged to MLflow
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(json.dumps(dataset_ref, default=str))
+    return _write_json(config.output_dir / EVAL_DATASET_REF, dataset_ref)  # hidden: not a model file for MLflow
+
+
+def _write_json(path: Path, data: dict) -> Path:
+    """Whole or absent: the child and later runs never read half a file."""
+    tmp = path.with_name(f".{path.name.lstrip('.')}.tmp")
+    tmp.write_text(json.dumps(data, default=str))
     os.replace(tmp, path)
     return path
 
@@ -177,9 +181,7 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
             early.close()
     metrics = _read_metrics(output_dir)
     ref = {"output_dir": str(output_dir), "train_key": key, "metrics": metrics, "mlflow_run_id": mlflow_run_id}
-    tmp = output_dir / f".{COMPLETE_MARKER}.tmp"
-    tmp.write_text(json.dumps(ref, default=str))
-    os.replace(tmp, output_dir / COMPLETE_MARKER)
+    _write_json(output_dir / COMPLETE_MARKER, ref)
     return ref
 
 
