@@ -95,3 +95,40 @@ def test_an_early_launch_that_cannot_stand_for_the_launch_is_stopped(tiny_model_
     assert early.begin(cmd, env) is None
     assert early.process.poll() is not None and not early.folder.exists()
     assert not (tmp_path / "out").exists()  # it never got as far as the output_dir
+
+
+PRELOAD_PROBE = """
+import json, sys, threading, time
+from pathlib import Path
+from tuneline.train.early_launch import wait_for_start
+
+start = Path(sys.argv[1])
+def start_once_preloaded():  # the flow is ready only after the waiting process has imported everything
+    while not {"mlflow", "sacrebleu"} <= sys.modules.keys():
+        time.sleep(0.01)
+    start.write_text(json.dumps({"argv": ["c.yaml"], "env": {}}))
+if sys.argv[2] == "late":
+    threading.Thread(target=start_once_preloaded, daemon=True).start()
+argv = wait_for_start(start, "sft")
+print(json.dumps({"argv": argv, "mlflow": "mlflow" in sys.modules, "sacrebleu": "sacrebleu" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("start", ["ready", "late"])
+def test_a_waiting_launch_imports_what_training_needs_first_and_the_rest_only_while_the_start_has_not_come(
+        tmp_path, start):
+    """A fresh interpreter each (what is imported is the point): a start already there when the training's
+    imports are done is taken at once, MLflow and the text metrics left to the threads and steps that use them;
+    a start that comes later finds them imported."""
+    import subprocess
+    import sys
+
+    start_file = tmp_path / "start.json"
+    if start == "ready":
+        start_file.write_text(json.dumps({"argv": ["c.yaml"], "env": {}}))
+    done = subprocess.run([sys.executable, "-c", PRELOAD_PROBE, str(start_file), start], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["argv"] == ["c.yaml"]
+    assert seen["mlflow"] is seen["sacrebleu"] is (start == "late")
