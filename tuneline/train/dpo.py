@@ -127,8 +127,9 @@ class DPOTrainer(PreferenceTrainer):
 
     def batch_loss(self, model, inputs):
         ft = self.finetuning
-        chosen, rejected, chosen_len, rejected_len = pair_logps(model, inputs, self.pad_token_id)
+        # the reference first: its forward's logits are gone before the policy's are kept for backward
         ref_chosen, ref_rejected = self.reference_logps(model, inputs)
+        chosen, rejected, chosen_len, rejected_len = pair_logps(model, inputs, self.pad_token_id)
         chosen_len, rejected_len = chosen_len.clamp(min=1), rejected_len.clamp(min=1)
         if ft.pref_loss in LENGTH_NORMALISED:
             chosen, rejected = chosen / chosen_len, rejected / rejected_len

@@ -26,10 +26,11 @@ class KTOTrainer(PreferenceTrainer):
         import torch
 
         ft = self.finetuning
-        logps, lengths = completion_logps(model, inputs)
+        # the forwards without gradients first: their logits are gone before the policy's are kept for backward
+        ref_logps, ref_kl_logps = self.reference_logps(model, inputs)
         with torch.no_grad():  # the KL baseline is detached: no graph needed for it
             kl_logps, _ = completion_logps(model, inputs, "kl_")
-        ref_logps, ref_kl_logps = self.reference_logps(model, inputs)
+        logps, lengths = completion_logps(model, inputs)
         desirable = inputs["kto_tags"].bool()
         out = kto_loss(logps[desirable], logps[~desirable], kl_logps, ref_logps[desirable], ref_logps[~desirable],
                        ref_kl_logps, beta=ft.pref_beta, chosen_weight=ft.kto_chosen_weight,

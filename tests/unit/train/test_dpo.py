@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from train_helpers import nudge, preference_trainer
+from train_helpers import grad_enabled_per_forward, nudge, preference_trainer
 
 from tuneline.config import load_config
 from tuneline.data import build_dataset, load_processed
@@ -132,3 +132,12 @@ def test_reference_free_losses_train_without_reference(tmp_path, tiny_model_dir,
     assert all(e["loss"] > 0 for e in log if "loss" in e)
     if pref_loss == "orpo":
         assert "sft_loss" in log[0] and "odds_ratio_loss" in log[0]
+
+
+@pytest.mark.parametrize("finetuning_type", ["lora", "full"])
+def test_a_live_reference_runs_before_the_policy(tmp_path, tiny_model_dir, cache_dir, finetuning_type):
+    """The forwards without gradients come first, so their logits are freed before the policy keeps its
+    activations for backward: a live reference adds its weights to the peak memory, not its activations."""
+    config = make_config(tmp_path, tiny_model_dir, cache_dir, finetuning_type=finetuning_type)
+    seen = grad_enabled_per_forward(config, DPOTrainer)
+    assert seen[-1] is True and False in seen and seen == sorted(seen), seen

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import nudge, preference_trainer
+from train_helpers import grad_enabled_per_forward, nudge, preference_trainer
 
 from tuneline.config import load_config
 from tuneline.data import build_dataset, load_processed
@@ -130,3 +130,12 @@ def test_lora_kto_raises_reward_accuracy_with_precomputed_reference(tmp_path, ti
         assert name in train_log[0] and f"eval_{name}" in before
     assert result["metrics"]["eval_rewards/accuracies"] == after["eval_rewards/accuracies"]
     assert not math.isnan(result["metrics"]["eval_loss"])
+
+
+@pytest.mark.parametrize("finetuning_type", ["lora", "full"])
+def test_a_live_reference_runs_before_the_policy(tmp_path, tiny_model_dir, cache_dir, finetuning_type):
+    """The forwards without gradients come first, so their logits are freed before the policy keeps its
+    activations for backward: a live reference adds its weights to the peak memory, not its activations."""
+    config = make_config(tmp_path, tiny_model_dir, cache_dir, finetuning_type=finetuning_type)
+    seen = grad_enabled_per_forward(config, KTOTrainer)
+    assert seen[-1] is True and False in seen and seen == sorted(seen), seen

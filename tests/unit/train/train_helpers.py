@@ -99,3 +99,27 @@ def nudge(model, scale=0.05):
         for param in model.parameters():
             if param.requires_grad:
                 param.add_(torch.randn(param.shape, generator=generator) * scale)
+
+
+def grad_enabled_per_forward(config, trainer_class) -> list[bool]:
+    """Whether gradients were on for each forward of the policy and of its live reference model, in order,
+    during one `batch_loss` of `trainer_class` (dpo or kto) on four training rows."""
+    import torch
+
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.reference import load_reference_model
+
+    tokenizer = load_tokenizer(config.model)
+    policy = load_model(config, tokenizer)
+    trainer = preference_trainer(trainer_class, config, policy, tokenizer, load_processed(build_dataset(config)),
+                                 load_reference_model(config, tokenizer))
+    seen: list[bool] = []
+    models = {id(m): m for m in (policy, trainer.ref_model) if m is not None}.values()
+    hooks = [m.register_forward_hook(lambda *_: seen.append(torch.is_grad_enabled())) for m in models]
+    try:
+        trainer.batch_loss(policy, trainer.data_collator([trainer.train_dataset[i] for i in range(4)]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
