@@ -1,4 +1,5 @@
-"""Live vs precomputed DPO reference: `python benchmarks/dpo_reference.py [--steps 20] [--hidden 512] [--layers 4]`.
+"""Live vs precomputed DPO reference: `python benchmarks/dpo_reference.py [--steps 20] [--hidden 512] [--layers 4]
+[--vocab 512]`.
 
 Full-tuning DPO (the reference is then a frozen copy of the starting model) on a tiny Llama large enough that
 compute, not Python overhead, dominates a step. A live reference costs one more copy of the weights beside the
@@ -107,13 +108,19 @@ def measure(mode: str, work: Path, beta: float, steps: int) -> dict:
     return {**out, "wall": wall, "peak_mb": peak, "above_baseline_mb": peak - out["baseline_mb"]}
 
 
-def prepare(work: Path, hidden: int, layers: int) -> None:
+def prepare(work: Path, hidden: int, layers: int, vocab: int) -> None:
     """The benchmark model and its processed dataset (built once, outside the measured processes)."""
     from tuneline.data import build_dataset
     from tuneline.tiny_model import build_tiny_model
 
     build_tiny_model(work / "model", hidden_size=hidden, intermediate_size=hidden * 11 // 4,
                      num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8)
+    if vocab > 512:  # the same tokenizer and data, the logits as wide as a real tokenizer's (unused rows padded)
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(work / "model")
+        model.resize_token_embeddings(vocab, mean_resizing=False)
+        model.save_pretrained(work / "model")
     build_dataset(run_config(work, BETAS[0], "live", 1))
 
 
@@ -141,6 +148,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=512, help="the model's vocabulary: above the tokenizer's 512, "
+                        "padded with rows no token uses (e.g. 32000, a real tokenizer's width of logits)")
     parser.add_argument("--work", type=Path, default=None, help="keep model, data and outputs here")
     parser.add_argument("--child", choices=("live", "precomputed", "precompute"), help=argparse.SUPPRESS)
     parser.add_argument("--beta", type=float, default=BETAS[0], help=argparse.SUPPRESS)
@@ -151,8 +160,9 @@ def main() -> None:
         print(json.dumps(out))
         return
     work = args.work or Path(tempfile.mkdtemp(prefix="dpo-reference-"))
-    prepare(work, args.hidden, args.layers)
-    print(f"model: hidden {args.hidden}, {args.layers} layers; {args.steps} steps of batch 8; work dir {work}")
+    prepare(work, args.hidden, args.layers, args.vocab)
+    print(f"model: hidden {args.hidden}, {args.layers} layers, vocabulary {args.vocab}; {args.steps} steps of batch "
+          f"8; work dir {work}")
     precompute = measure("precompute", work, BETAS[0], args.steps)
     live, stored = [], []
     for beta in BETAS:  # interleaved, so load from other processes on the machine hits both sides alike
