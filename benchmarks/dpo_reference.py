@@ -3,13 +3,14 @@
 
 Full-tuning DPO (the reference is then a frozen copy of the starting model) on a tiny Llama large enough that
 compute, not Python overhead, dominates a step. A live reference costs one more copy of the weights beside the
-policy's four (weights, gradients, two AdamW moments); its forward runs before the policy's, so its activations
-are freed before the policy's are kept for backward. Precomputing can therefore save at most a fifth of the
-model's memory, and a quarter of a step's compute (one forward of four forward-equivalents). Every training run is a fresh subprocess, so its peak RSS is its
-own: four runs of a `pref_beta` sweep with the reference run live on every batch, one `build-reference-model`
-precompute, and the same four runs on the stored log-probs. Prints peak RSS (and the part above the process's
-RSS after imports), seconds per step (median and fastest, first two steps dropped), the precompute time and both sweeps'
-wall time, with the ratios the preference-stages issue sets targets for. Figures only: nothing is asserted.
+policy's four (weights, gradients, two AdamW moments); its forward runs before the policy's, so its activations are
+freed before the policy's are kept for backward. Precomputing can therefore save at most a fifth of the model's
+memory, and a quarter of a step's compute (one forward of four forward-equivalents). Every training run is a fresh
+subprocess, so its peak RSS is its own: four runs of a `pref_beta` sweep with the reference run live on every
+batch, one `build-reference-model` precompute, and the same four runs on the stored log-probs. Prints peak RSS (and
+the part above the process's RSS after imports), seconds per step (median and fastest, first two steps dropped),
+the precompute time and both sweeps' wall time, with the ratios the preference-stages issue sets targets for.
+Figures only: nothing is asserted.
 """
 
 from __future__ import annotations

@@ -10,14 +10,14 @@ the bare run next to it and the medians of those paired differences are printed.
 first, as a user's first run (it creates the MLflow and Prefect databases, tokenizes and scores the base
 model), so (b) and (c) are the steady state of retraining; the one-off cost is printed on its own line.
 
-Each run's extra time splits into a fixed part (wall time outside the training loop, whose time is the
-Trainer's own train_runtime) and a per-step part: what the flow's own processes (the command, Prefect's server)
-take from training, measured as their share of this machine's CPU while the loop runs (the loop times
-themselves vary too much run to run to show a 1% difference). The running server idles through every round,
-bare runs included (~1% of this machine: its task scheduler polls four times a second), so each kind's share
-counts it and the bare runs' share is subtracted: what remains is what the flow adds. From the two, the extra share is projected for
-runs of 3 and 5 minutes, and the run length where it falls under 3%. Then the fully cached re-run is timed,
-both ways. Figures are printed, never asserted.
+Each run's extra time splits into a fixed part (wall time outside the training loop, whose time is the Trainer's
+own train_runtime) and a per-step part: what the flow's own processes (the command, Prefect's server) take from
+training, measured as their share of this machine's CPU while the loop runs (the loop times themselves vary too
+much run to run to show a 1% difference). The running server idles through every round, bare runs included (~1% of
+this machine: its task scheduler polls four times a second), so each kind's share counts it and the bare runs'
+share is subtracted: what remains is what the flow adds. From the two, the extra share is projected for runs of 3
+and 5 minutes, and the run length where it falls under 3%. Then the fully cached re-run is timed, both ways.
+Figures are printed, never asserted.
 """
 
 from __future__ import annotations
