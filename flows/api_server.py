@@ -45,7 +45,13 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
     global _temporary_url
     server, url = (None, None) if os.environ.get("PREFECT_API_URL") else _start_server()
     try:
-        from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, get_current_settings, temporary_settings
+        from prefect.settings import (
+            PREFECT_API_URL,
+            PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+            PREFECT_UI_URL,
+            get_current_settings,
+            temporary_settings,
+        )
 
         settings = get_current_settings()
         if server is None or settings.api.url or not settings.server.ephemeral.enabled:
@@ -58,7 +64,10 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
         warm_up()
         _wait_until_healthy(server, url, settings.server.ephemeral.startup_timeout_seconds)
         _temporary_url = url
-        with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_UI_URL: ""}):  # it serves no UI
+        # It serves no UI. Nor does it get flow-run heartbeats: they let a lasting server mark a run that died as
+        # crashed, which one that stops with the run never can; and each run's end waited up to 1 s on their thread.
+        updates = {PREFECT_API_URL: url, PREFECT_UI_URL: "", PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
+        with temporary_settings(updates=updates):
             try:
                 yield url
             finally:
