@@ -9,11 +9,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
-from tuneline.pipeline.train_step import PlotWarmUp, ProgressReader
+from tuneline.pipeline.train_step import ProgressReader
 
 COUNT_AND_IMPORTS = ("import sys; from tuneline.train.launch import gpu_count; "
                      "print(gpu_count(), 'torch' in sys.modules)")
@@ -86,33 +85,11 @@ def test_progress_is_reported_at_most_every_interval(tmp_path):
     assert reader.due()["current_steps"] == 6
 
 
-def _wait_for(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
 
-
-def test_plot_imports_wait_for_the_end_of_the_training_loop(tmp_path):
-    """Not while the loop runs (it would take CPU from training), nor for an earlier attempt's finished loop."""
-    log = tmp_path / "trainer_log.jsonl"
-    log.write_text(json.dumps({"current_steps": 10, "total_steps": 10, "percentage": 100.0}) + "\n")  # an earlier run
-    warm = PlotWarmUp(log, poll_s=0.01)
-    try:
-        with log.open("a") as handle:
-            handle.write(json.dumps({"current_steps": 5, "total_steps": 10, "percentage": 50.0}) + "\n")
-        time.sleep(0.3)  # thirty looks at the log
-        assert not warm.warmed and warm.thread.is_alive()
-        with log.open("a") as handle:
-            handle.write(json.dumps({"current_steps": 10, "total_steps": 10, "train_runtime": 1.0}) + "\n")
-        assert _wait_for(lambda: warm.warmed)
-        assert not warm.thread.is_alive()
-    finally:
-        warm.stop()
-
-
-def test_plot_warm_up_stops_with_the_step(tmp_path):
-    """A training that fails before its loop ends leaves no thread behind and imports nothing for the plot."""
-    warm = PlotWarmUp(tmp_path / "trainer_log.jsonl", poll_s=0.01)
-    warm.stop()
-    assert not warm.thread.is_alive() and not warm.warmed
+def test_the_plot_steps_imports_are_done_while_the_child_trains():
+    """All of what the plot step draws with, in the train step's thread (the plot step itself: 0.54 -> 0.14 s)."""
+    script = ("import sys\nfrom tuneline.pipeline.train_step import _import_while_training\n"
+              "_import_while_training().join()\n"
+              "print(sorted(m for m in ('matplotlib.figure', 'matplotlib.backends.backend_agg') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[0] == "['matplotlib.backends.backend_agg', 'matplotlib.figure']", done.stdout

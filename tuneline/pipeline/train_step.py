@@ -170,13 +170,13 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
         if on_progress and (entry := reader.due()) is not None:
             on_progress(entry)
 
-    warm = PlotWarmUp(output_dir / TRAINER_LOG)
     early = _take_early_launch()
     process = early.begin(cmd, env) if early else None
+    warm = _import_while_training()
     try:
         run_streaming(cmd, env, forward, process)
     finally:
-        warm.stop()  # no thread of ours outlives the step
+        warm.join()  # no thread of ours outlives the step
         if early:
             early.close()
     metrics = _read_metrics(output_dir)
@@ -230,39 +230,19 @@ def _take_early_launch() -> EarlyLaunch | None:
     return launch
 
 
-class PlotWarmUp:
-    """Imports the plot step's matplotlib (~0.5 s) once the training loop has ended, while the child still saves
-    and evaluates its model: during the loop it would take CPU from training, and after the step it would add
-    to the run. A thread that looks at trainer_log.jsonl every `poll_s`; stopped with the step, warm or not.
-    """
+def _import_while_training() -> threading.Thread:
+    """Import the plot step's matplotlib (~0.5 s here) while the child trains, not after it."""
 
-    def __init__(self, trainer_log: Path, poll_s: float = 0.25):
-        self.reader, self.poll_s = ProgressReader(trainer_log), poll_s
-        self.reader.new_entries()  # what an earlier attempt logged (a resume appends): only this one's count
-        self.stopped = threading.Event()
-        self.warmed = False
-        self.thread = threading.Thread(target=self._run, name="tuneline-plot-warm-up", daemon=True)
-        self.thread.start()
+    def run() -> None:
+        try:
+            import matplotlib.backends.backend_agg  # noqa: F401
+            import matplotlib.figure  # noqa: F401
+        except Exception:  # noqa: BLE001 - the plot step imports them again and reports any error
+            return
 
-    def _run(self) -> None:
-        while not self.stopped.wait(self.poll_s):
-            if any(loop_ended(entry) for entry in self.reader.new_entries()):
-                try:
-                    import matplotlib.backends.backend_agg  # noqa: F401
-                    import matplotlib.figure  # noqa: F401
-                except Exception:  # noqa: BLE001 - the plot step imports them again and reports any error
-                    return
-                self.warmed = True
-                return
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join()
-
-
-def loop_ended(entry: dict[str, Any]) -> bool:
-    """Whether a trainer_log.jsonl entry comes from the end of the training loop (its last step, or its summary)."""
-    return "train_runtime" in entry or (entry.get("percentage") or 0) >= 100
+    thread = threading.Thread(target=run, name="tuneline-warm-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def _read_metrics(output_dir: Path) -> dict[str, float]:
