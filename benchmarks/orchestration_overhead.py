@@ -13,11 +13,14 @@ model), so (b) and (c) are the steady state of retraining; the one-off cost is p
 Each run's extra time splits into a fixed part (wall time outside the training loop, whose time is the Trainer's
 own train_runtime) and a per-step part: what the flow's own processes (the command, Prefect's server) take from
 training, measured as their share of this machine's CPU while the loop runs (the loop times themselves vary too
-much run to run to show a 1% difference). The running server idles through every round, bare runs included (~1% of
-this machine: its task scheduler polls four times a second), so each kind's share counts it and the bare runs'
-share is subtracted: what remains is what the flow adds. From the two, the extra share is projected for runs of 3
-and 5 minutes, and the run length where it falls under 3%. Then the fully cached re-run is timed, both ways.
-Figures are printed, never asserted.
+much run to run to show a 1% difference), from the first trainer_log.jsonl entry to the loop's end. The running
+server idles through every round, bare runs included (~1% of this machine: its task scheduler polls four times a
+second), so each kind's share counts it and the bare runs' share is subtracted: what remains is what the flow adds.
+A share of the CPU costs the loop more than itself, as the training's threads wait for each other at every step:
+one more bare run measures by how much, with a busy loop of known share switched on and off every 50 steps (the
+two halves drift alike), and the per-step part is the flow's share times that factor. From the fixed and per-step
+parts, the extra time is projected for runs of 3 and 5 minutes, and the run length where it falls under 3%. Then
+the fully cached re-run is timed, both ways. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from pathlib import Path
 
 import yaml
 
+from tuneline.pipeline.train_step import ProgressReader
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -48,14 +53,23 @@ def timed(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - start
 
 
+def loop_ended(entry: dict) -> bool:
+    """A trainer_log.jsonl entry from the loop's end: its last step, or the Trainer's summary (the one entry with
+    `train_loss`; every step's entry carries a `train_runtime` so far)."""
+    return "train_loss" in entry or (entry.get("percentage") or 0) >= 100
+
+
 def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int]) -> tuple[float, float]:
     """Wall time of cmd, and the share of this machine's CPU that every process but the training child (the
-    command's own, its temporary server, the pids in `also`) used while the child's training loop ran."""
+    command's own, its temporary server, the pids in `also`) used while the child's training loop ran: from
+    its first trainer_log.jsonl entry to the loop's end (what comes after, such as the plot step's imports
+    while the child evaluates its model, is part of the fixed cost)."""
     import psutil
 
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    samples = []  # (time, training?, {pid: cpu seconds of the processes other than the child})
+    log = ProgressReader(output_dir / "trainer_log.jsonl")
+    samples, ended = [], False  # (time, training?, {pid: cpu seconds of the processes other than the child})
     while proc.poll() is None:
         others, training = {}, False
         with contextlib.suppress(psutil.Error):
@@ -65,7 +79,8 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
                 with contextlib.suppress(psutil.Error):
                     line = " ".join(process.cmdline())
                     if "-m tuneline.train" in line and "accelerate" not in line:
-                        training = (output_dir / "trainer_log.jsonl").is_file()
+                        ended = ended or any(loop_ended(entry) for entry in log.new_entries())
+                        training = log.offset > 0 and not ended
                     else:
                         times = process.cpu_times()
                         others[process.pid] = times.user + times.system
@@ -80,6 +95,44 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
     (t0, _, first), (t1, _, last) = during[0], during[-1]
     used = sum(cpu - first[pid] for pid, cpu in last.items() if pid in first)
     return wall, used / ((t1 - t0) * (os.cpu_count() or 1))
+
+
+def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: float = 0.025) -> float:
+    """How much a load taking `share` of this machine's CPU slows the training loop, as a multiple of `share`.
+
+    The training's threads wait for each other at every step, so CPU taken from one of them can cost the loop
+    more than its share of the machine (up to twice on 2 cores). Measured on a bare run with a busy loop of
+    known share here, switched on and off every 50 steps so that this machine's drift falls on both halves
+    alike: the median step time with the load over the one without it, less one, divided by the share.
+    """
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log, step, busy, loaded = ProgressReader(output_dir / "trainer_log.jsonl"), 0, 0.0, 0.0
+    tick = 0.25  # four bursts a second, as a server's pollers wake
+    while proc.poll() is None:
+        began = time.perf_counter()
+        step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
+        if (step // 50) % 2:
+            cpu = time.process_time()
+            while time.process_time() - cpu < share * (os.cpu_count() or 1) * tick:
+                pass
+            busy += time.process_time() - cpu
+            loaded += tick
+        time.sleep(max(0.0, tick - (time.perf_counter() - began)))
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    entries = [e for e in map(json.loads, (output_dir / "trainer_log.jsonl").read_text().splitlines()) if "loss" in e]
+    steps = {True: [], False: []}
+    for before, after in zip(entries, entries[1:], strict=False):
+        first, last = before["current_steps"], after["current_steps"] - 1
+        if first // 50 == last // 50:  # within one half
+            per_step = (after["elapsed_time"] - before["elapsed_time"]) / (last + 1 - first)
+            steps[bool((first // 50) % 2)].append(per_step)
+    measured_share = busy / max(loaded, 1e-9) / (os.cpu_count() or 1)
+    slower = statistics.median(steps[True]) / statistics.median(steps[False]) - 1
+    print(f"a busy loop taking {100 * measured_share:.1f}% of this machine's CPU made training steps "
+          f"{100 * slower:+.1f}% slower (medians of {len(steps[True])} and {len(steps[False])} step intervals): "
+          f"{slower / measured_share:.2f}x its share", flush=True)
+    return slower / measured_share
 
 
 def train_runtime(output_dir: Path) -> float:
@@ -127,6 +180,8 @@ def main() -> None:
                 taken[kind].append(share)
                 print(f"round {n + 1} {kind:6s} wall {wall:6.1f} s   training loop {runs[kind][-1][1]:6.1f} s   "
                       f"other processes' CPU while training {100 * share:.1f}%", flush=True)
+        factor = loop_cost_of_cpu_share([str(BIN / "python"), "-m", "tuneline.train", str(write("calibrate"))], env,
+                                        root / "calibrate")
         cached_path = root / "flow-0.yaml"
         cached = {kind: [timed([str(BIN / "tuneline"), "train", str(cached_path)], kinds[kind]) for _ in range(3)]
                   for kind in kinds if kind != "bare"}
@@ -137,16 +192,18 @@ def main() -> None:
           f"training loop median {statistics.median(loop for _, loop in bare):.1f} s")
     for kind, label in (("flow", "flow, temporary server"), ("server", "flow, running server")):
         if kind in runs:
-            report(label, runs[kind], bare, statistics.median(taken[kind]) - statistics.median(taken["bare"]))
+            report(label, runs[kind], bare, statistics.median(taken[kind]) - statistics.median(taken["bare"]), factor)
     for kind, times in cached.items():
         label = "temporary server" if kind == "flow" else "running server"
         print(f"fully cached re-run, {label}: median {statistics.median(times):.1f} s "
               f"({', '.join(f'{t:.1f}' for t in times)})")
 
 
-def report(label: str, flow: list[tuple[float, float]], bare: list[tuple[float, float]], taken: float) -> None:
+def report(label: str, flow: list[tuple[float, float]], bare: list[tuple[float, float]], taken: float,
+           factor: float) -> None:
     """Paired medians of the extra wall time and of its fixed part; the per-step part from the CPU the flow's
-    own processes took while training ran (steadier here than the loop times, which vary +-10% run to run)."""
+    own processes took while training ran (steadier here than the loop times, which vary +-10% run to run),
+    times what such a share was measured to cost the loop (`factor`, at least 1)."""
     extra = statistics.median(fw - bw for (fw, _), (bw, _) in zip(flow, bare, strict=True))
     share = statistics.median((fw - bw) / bw for (fw, _), (bw, _) in zip(flow, bare, strict=True))
     fixed = statistics.median((fw - fl) - (bw - bl) for (fw, fl), (bw, bl) in zip(flow, bare, strict=True))
@@ -154,10 +211,13 @@ def report(label: str, flow: list[tuple[float, float]], bare: list[tuple[float, 
     print(f"{label}: extra {extra:+.1f} s ({100 * share:+.1f}%); outside the training loop {fixed:+.1f} s; "
           f"loop time {100 * loop:+.1f}% (paired, noisy); the flow's processes took {100 * taken:.1f}% of the "
           "CPU while training ran")
-    projected = ", ".join(f"{minutes} min: {100 * (fixed / (60 * minutes) + taken):+.1f}%" for minutes in (3, 5))
-    crossing = (f"under 3% from runs of {fixed / (0.03 - taken) / 60:.1f} min" if taken < 0.03
+    factor = min(max(1.0, factor), os.cpu_count() or 1)  # outside these bounds it is the measurement's noise
+    per_step = taken * factor
+    projected = ", ".join(f"{minutes} min: {100 * (fixed / (60 * minutes) + per_step):+.1f}%" for minutes in (3, 5))
+    crossing = (f"under 3% from runs of {fixed / (0.03 - per_step) / 60:.1f} min" if per_step < 0.03
                 else "never under 3% (the per-step part alone is more)")
-    print(f"  projected extra (fixed part + that CPU share) for a bare run of {projected}; {crossing}")
+    print(f"  per-step part {100 * per_step:.1f}% (that share x {factor:.2f}); projected extra (fixed part + "
+          f"per-step part) for a bare run of {projected}; {crossing}")
 
 
 @contextlib.contextmanager
