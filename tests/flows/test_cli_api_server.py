@@ -103,7 +103,7 @@ def test_no_temporary_server_where_prefect_settings_rule_it_out(tmp_path):
 def test_no_heartbeats_to_a_temporary_server(tmp_path):
     """Heartbeats let a lasting server mark a dead run crashed; one that stops with the run gets none (and the
     run's end no longer waits on their thread). A configured API keeps Prefect's setting."""
-    script = ("import threading\nfrom prefect import flow\nfrom prefect.settings import get_current_settings\n"
+    script = ("import sys, threading\nfrom prefect import flow\nfrom prefect.settings import get_current_settings\n"
               "from flows.api_server import prefect_api\n"
               "def heartbeat_threads():\n"
               "    return [t for t in threading.enumerate()\n"
@@ -111,14 +111,14 @@ def test_no_heartbeats_to_a_temporary_server(tmp_path):
               "@flow\ndef probe():\n    return len(heartbeat_threads())\n"
               "with prefect_api() as url:\n"
               "    print('HEARTBEAT', get_current_settings().flows.heartbeat_frequency, flush=True)\n"
-              "    if url and 'PREFECT_API_URL' not in __import__('os').environ:\n"
+              "    if sys.argv[1:] == ['--run-a-flow']:\n"
               "        print('THREADS', probe(), flush=True)\n")
-    temporary = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=_env(tmp_path), capture_output=True,
-                               text=True, timeout=300)
+    temporary = subprocess.run([sys.executable, "-c", script, "--run-a-flow"], cwd=REPO, env=_env(tmp_path),
+                               capture_output=True, text=True, timeout=300)
     assert temporary.returncode == 0, temporary.stderr[-3000:]
     assert "temporary API server" in temporary.stderr
     assert "HEARTBEAT None" in temporary.stdout and "THREADS 0" in temporary.stdout, temporary.stdout
-    configured = {**_env(tmp_path), "PREFECT_API_URL": "http://127.0.0.1:9/api"}  # not contacted here
+    configured = {**_env(tmp_path), "PREFECT_API_URL": "http://127.0.0.1:9/api"}  # no flow run: not contacted
     lasting = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=configured, capture_output=True,
                              text=True, timeout=300)
     assert lasting.returncode == 0, lasting.stderr[-3000:]

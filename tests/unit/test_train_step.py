@@ -85,7 +85,6 @@ def test_progress_is_reported_at_most_every_interval(tmp_path):
     assert reader.due()["current_steps"] == 6
 
 
-
 def test_the_plot_steps_imports_are_done_while_the_child_trains():
     """All of what the plot step draws with, in the train step's thread (the plot step itself: 0.54 -> 0.14 s)."""
     script = ("import sys\nfrom tuneline.pipeline.train_step import _import_while_training\n"
