@@ -28,8 +28,6 @@ from tuneline.errors import UserError
 from tuneline.train.launch import die_with_parent
 
 _temporary_url: str | None = None
-_temporary_server: subprocess.Popen | None = None
-TRAINING_NICENESS = 19
 
 
 def is_temporary(api_url: str | None) -> bool:
@@ -44,7 +42,7 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
     `warm_up` runs while the server boots (the imports the run needs anyway). The server is started before
     Prefect itself is imported (~2 s), and stopped again at once if Prefect's settings name an API after all.
     """
-    global _temporary_url, _temporary_server
+    global _temporary_url
     server, url = (None, None) if os.environ.get("PREFECT_API_URL") else _start_server()
     try:
         from prefect.settings import (
@@ -65,7 +63,7 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
         print(f"Prefect: temporary API server on {url} (for a lasting one: prefect server start)", file=sys.stderr)
         warm_up()
         _wait_until_healthy(server, url, settings.server.ephemeral.startup_timeout_seconds)
-        _temporary_url, _temporary_server = url, server
+        _temporary_url = url
         # It serves no UI. Nor does it get flow-run heartbeats: they let a lasting server mark a run that died as
         # crashed, which one that stops with the run never can; and each run's end waited up to 1 s on their thread.
         updates = {PREFECT_API_URL: url, PREFECT_UI_URL: "", PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
@@ -75,30 +73,8 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
             finally:
                 _send_pending_logs_and_events()
     finally:
-        _temporary_url, _temporary_server = None, None
+        _temporary_url = None
         _stop(server)
-
-
-def yield_cpu_to_training() -> None:
-    """From here on the temporary server runs only where training leaves a core idle (the lowest priority).
-
-    Where training keeps every core busy (a CPU run), a millisecond of CPU the server's pollers and log writes
-    take can stall training for up to a millisecond per core, as training's threads wait for each other at every
-    step (measured on 2 cores: a busy loop taking 5% of the CPU made steps 7-12% slower). At the lowest priority
-    it waits for moments when training leaves a core idle (the same loop got ~1% and cost nothing measurable),
-    and answers later: only the progress updates wait for it. Called when training starts, not before: until
-    then the flow's steps wait on the server. A configured API (a lasting server, Prefect Cloud) is left alone.
-    """
-    server = _temporary_server
-    if server is None or server.poll() is not None:
-        return
-    try:  # Linux sets priority per thread: each of the server's threads, and those they start inherit it
-        threads = [int(tid) for tid in os.listdir(f"/proc/{server.pid}/task")]
-    except OSError:
-        threads = [server.pid]
-    for thread in threads:
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            os.setpriority(os.PRIO_PROCESS, thread, TRAINING_NICENESS)
 
 
 def _start_server() -> tuple[subprocess.Popen, str]:

@@ -16,7 +16,7 @@ from prefect import flow, runtime
 from prefect.settings import PREFECT_API_URL
 
 import tasks
-from flows.api_server import is_temporary, yield_cpu_to_training
+from flows.api_server import is_temporary
 from flows.artifacts import publish_run_artifacts
 from tuneline.config import RunConfig, load_config
 from tuneline.pipeline import keys, record
@@ -55,7 +55,6 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
     dataset = step["build_dataset"](config, tokenizer)
     record.record_dataset(run, dataset)
     reference = step["build_reference_model"](config, dataset)
-    yield_cpu_to_training()
     trained = step["train"](config, dataset, reference, run)
     base_eval = step["evaluate"].with_options(task_run_name="evaluate base")(config, dataset)
     tuned_eval = step["evaluate"].with_options(task_run_name="evaluate tuned")(config, dataset, trained)

@@ -47,16 +47,8 @@ def test_cli_train_runs_on_a_temporary_server_and_stops_it(tmp_path, tiny_model_
     path = tmp_path / "sft.yaml"
     path.write_text(yaml.safe_dump(config))
     command = [sys.executable, "-m", "flows.cli", "train", str(path)]
-    first = subprocess.Popen(command, cwd=REPO, env=_env(tmp_path / "home"), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    priorities = _watch_priorities(first)
-    stdout, stderr = first.communicate(timeout=600)
-    runs = [subprocess.CompletedProcess(command, first.returncode, stdout, stderr)]
-    runs.append(subprocess.run(command, cwd=REPO, env=_env(tmp_path / "home"), capture_output=True, text=True,
-                               timeout=600))
-    # the server yields the CPU to training once the train step starts, and only then; training keeps its own
-    assert priorities["server"][0] == {0} and priorities["server"][-1] == {19}, priorities["server"]
-    assert priorities["training"] and all(seen == {0} for seen in priorities["training"]), priorities["training"]
+    runs = [subprocess.run(command, cwd=REPO, env=_env(tmp_path / "home"), capture_output=True, text=True,
+                           timeout=600) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
         assert not _answers(_server_port(run.stderr)), "the temporary server must stop with the run"
@@ -70,34 +62,6 @@ def test_cli_train_runs_on_a_temporary_server_and_stops_it(tmp_path, tiny_model_
     client = MlflowClient(config["mlflow_tracking_uri"])
     [run] = client.search_runs([client.get_experiment_by_name("cli-test").experiment_id])
     assert run.data.tags["prefect.flow_run_id"] and "prefect.flow_run_url" not in run.data.tags
-
-
-def _watch_priorities(proc: subprocess.Popen) -> dict[str, list[set[int]]]:
-    """While proc runs: the nice values of the threads of its temporary server and of its training processes."""
-    seen: dict[str, list[set[int]]] = {"server": [], "training": []}
-    while proc.poll() is None:
-        parents = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-        family, grown = {proc.pid}, True
-        while grown:
-            more = {pid for pid, parent in parents.items() if parent in family} - family
-            family, grown = family | more, bool(more)
-        for pid in family - {proc.pid}:
-            try:
-                line = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                nices = {int(task.read_text().rsplit(")", 1)[1].split()[16])
-                         for task in (Path("/proc") / str(pid) / "task").glob("*/stat")}
-            except (OSError, ValueError, IndexError):
-                continue
-            kind = "server" if "uvicorn" in line else "training" if "tuneline.train" in line else None
-            if kind and nices:
-                seen[kind].append(nices)
-        time.sleep(0.05)
-    return seen
 
 
 def test_temporary_server_dies_with_a_killed_parent(tmp_path):
