@@ -3,28 +3,26 @@
     .venv/bin/python benchmarks/orchestration_overhead.py [--steps 1500] [--pairs 3] [--no-server]
 
 The same SFT LoRA training runs (a) through the bare entry point `python -m tuneline.train` and (b) through
-`tuneline train` (the Prefect flow on its temporary API server: seven steps, MLflow run, evaluation, plots,
-model card), and (c) through `tuneline train` against a running `prefect server start`, in `--pairs` rounds of
-a-b-c back to back: this machine's speed drifts by 10-20% within minutes, so each flow run is compared with
-the bare run next to it and the medians of those paired differences are printed. A 1-step flow run comes
-first, as a user's first run (it creates the MLflow and Prefect databases, tokenizes and scores the base
-model), so (b) and (c) are the steady state of retraining; the one-off cost is printed on its own line.
+`tuneline train` (the Prefect flow on its temporary API server: seven steps, MLflow run, evaluation, plots, model
+card), and (c) through `tuneline train` against a running `prefect server start`, in `--pairs` rounds of a-b-c
+back to back (b-c-a, c-a-b in the next: a run's place in the round seemed to matter): this machine's speed drifts
+by 10-20% within minutes, so each flow run is compared with the bare run of its round and the medians of those
+paired differences are printed. A 1-step flow run comes first, as a user's first run (it creates the MLflow and
+Prefect databases, tokenizes and scores the base model), so (b) and (c) are the steady state of retraining; the
+one-off cost is printed on its own line.
 
-Each run's extra time splits into a fixed part (wall time outside the training loop, whose time is the
-Trainer's own train_runtime) and a per-step part: what the flow's own processes (the command, Prefect's
-server) and the child's background threads (its metrics' sender to MLflow) take from training, measured as
-their share of this machine's CPU while the loop runs (the loop times themselves vary too much run to run to
-show a 1% difference), from the first trainer_log.jsonl entry to the loop's end. The running server idles
-through every round, bare runs included (~1% of this machine: its task scheduler polls four times a second),
-so each kind's share counts it and the bare runs' share is subtracted: what remains is what the flow adds. A
-share of the CPU costs the loop more than itself, as the training's threads wait for each other at every step
-(at most as many times more as there are cores), unless it runs at the lowest priority (as the temporary
-server does while training runs) and so waits for a core that training leaves idle. One more bare run, three
-times as long, measures both, with busy loops of known share switched on by turns every 50 steps (off, normal,
-lowest priority: the thirds drift alike), and the per-step part is each share times its factor; the bound
-(every share at the core count) is printed too. From the fixed and per-step parts, the extra time is projected
-for runs of 3 and 5 minutes, and the run length where it falls under 3%. Then the fully cached re-run is
-timed, both ways. Figures are printed, never asserted.
+Each run's extra time splits into a fixed part (wall time outside the training loop, whose time is the Trainer's
+own train_runtime) and a per-step part: what the flow's own processes (the command, Prefect's server) and the
+child's background threads (its metrics' sender to MLflow) take from training, measured as their share of this
+machine's CPU while the loop runs (the loop times themselves vary too much run to run to show a 1% difference),
+from the first trainer_log.jsonl entry to the loop's end. The running server idles through every round, bare
+runs included (~1% of this machine: its task scheduler polls four times a second), so each kind's share counts
+it and the bare runs' share is subtracted: what remains is what the flow adds. A share of the CPU costs the loop
+more than itself, as the training's threads wait for each other at every step: one more bare run, twice as long,
+measures by how much, with a busy loop of known share switched on and off every 50 steps (the two halves drift
+alike), and the per-step part is the flow's share times that factor. From the fixed and per-step parts, the
+extra time is projected for runs of 3 and 5 minutes, and the run length where it falls under 3%. Then the fully
+cached re-run is timed, both ways. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -63,20 +61,19 @@ def loop_ended(entry: dict) -> bool:
     return "train_loss" in entry or (entry.get("percentage") or 0) >= 100
 
 
-def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int]) -> tuple[float, dict[bool, float]]:
-    """Wall time of cmd, and the shares of this machine's CPU that every process but the training child (the
+def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int]) -> tuple[float, float]:
+    """Wall time of cmd, and the share of this machine's CPU that every process but the training child (the
     command's own, its temporary server, the pids in `also`) and the child's background threads (such as the
-    one sending its metrics to MLflow: the threads that used under a fifth of a core, where training's own
-    use whole ones) used while the child's training loop ran: from its first trainer_log.jsonl entry to the
-    loop's end (what comes after, such as the plot step's imports while the child evaluates its model, is
-    part of the fixed cost). Keyed by whether the process ran at a lowered priority then (as the temporary
-    server does while training runs)."""
+    one sending its metrics to MLflow: the threads that used under a fifth of a core, where training's own use
+    whole ones) used while the child's training loop ran: from its first trainer_log.jsonl entry to the loop's
+    end (what comes after, such as the plot step's imports while the child evaluates its model, is part of the
+    fixed cost)."""
     import psutil
 
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = ProgressReader(output_dir / "trainer_log.jsonl")
-    samples, ended = [], False  # (time, training?, {pid: (cpu seconds, niced?)}, {child's thread: cpu seconds})
+    samples, ended = [], False  # (time, training?, {pid: cpu seconds of the others}, {child's thread: cpu seconds})
     while proc.poll() is None:
         others, threads, training = {}, {}, False
         with contextlib.suppress(psutil.Error):
@@ -91,7 +88,7 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
                         threads = {thread.id: thread.user_time + thread.system_time for thread in process.threads()}
                     else:
                         times = process.cpu_times()
-                        others[process.pid] = (times.user + times.system, process.nice() > 0)
+                        others[process.pid] = times.user + times.system
         samples.append((time.perf_counter(), training, others, threads))
         time.sleep(0.5)
     wall = time.perf_counter() - start
@@ -99,79 +96,51 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
         raise subprocess.CalledProcessError(proc.returncode, cmd)
     during = [s for s in samples if s[1]]
     if len(during) < 3:
-        return wall, {False: float("nan"), True: float("nan")}
+        return wall, float("nan")
     (t0, _, first, first_threads), (t1, _, last, last_threads) = during[0], during[-1]
-    used = {False: 0.0, True: 0.0}
-    for pid, (cpu, niced) in last.items():
-        if pid in first:
-            used[niced] += cpu - first[pid][0]
-    for thread, cpu in last_threads.items():
-        if (cpu - first_threads.get(thread, 0.0)) / (t1 - t0) < 0.2:
-            used[False] += cpu - first_threads.get(thread, 0.0)
-    return wall, {niced: cpu / ((t1 - t0) * (os.cpu_count() or 1)) for niced, cpu in used.items()}
+    used = sum(cpu - first[pid] for pid, cpu in last.items() if pid in first)
+    thread_use = {thread: cpu - first_threads.get(thread, 0.0) for thread, cpu in last_threads.items()}
+    used += sum(cpu for cpu in thread_use.values() if cpu / (t1 - t0) < 0.2)
+    return wall, used / ((t1 - t0) * (os.cpu_count() or 1))
 
 
-def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: float = 0.05) -> dict[bool, float]:
-    """How much a load taking some of this machine's CPU slows the training loop, as a multiple of its share: at
-    normal priority, and at the lowest (as the temporary server runs while training does).
+def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: float = 0.05) -> float:
+    """How much a load taking `share` of this machine's CPU slows the training loop, as a multiple of `share`.
 
     The training's threads wait for each other at every step, so CPU taken from one of them can cost the loop
-    more than its share of the machine (up to twice on 2 cores); at the lowest priority a load waits for a core
-    that training leaves idle, and gets less than it asks for. Measured on a bare run with busy loops asking for
-    `share` here, one of them at the lowest priority, switched on by turns every 50 steps (off, normal, lowest),
-    so that this machine's drift falls on all three alike: the median step time with a load over the one
-    without, less one, divided by the share the load got.
+    more than its share of the machine (2.2-2.7x on 2 cores, some days 1.2-1.5x). Measured on a bare run with a
+    busy loop of known share here, switched on and off every 50 steps so that this machine's drift falls on both
+    halves alike: the median step time with the load over the one without it, less one, divided by the share. A
+    half's first logging interval is left out: the switch is seen from trainer_log.jsonl, a little late.
     """
-    import threading
-
-    cores = os.cpu_count() or 1
-    tick = 0.25  # four bursts a second, as a server's pollers wake
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    busy, loaded = {False: 0.0, True: 0.0}, {False: 0.0, True: 0.0}
-    phase, done = [0], threading.Event()
-
-    def load(niced: bool) -> None:
-        if niced:  # this thread only: Linux sets priority per thread, and the child started before it
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        while not done.is_set():
-            began, on = time.perf_counter(), phase[0] == 1 + niced
-            if on:
-                cpu = time.thread_time()
-                while time.thread_time() - cpu < share * cores * tick and not done.is_set():
-                    pass
-                busy[niced] += time.thread_time() - cpu
-            time.sleep(max(0.0, began + tick - time.perf_counter()))
-            loaded[niced] += (time.perf_counter() - began) if on else 0.0
-
-    threads = [threading.Thread(target=load, args=(niced,), daemon=True) for niced in (False, True)]
-    for thread in threads:
-        thread.start()
-    log, step = ProgressReader(output_dir / "trainer_log.jsonl"), 0
+    log, step, busy, loaded = ProgressReader(output_dir / "trainer_log.jsonl"), 0, 0.0, 0.0
+    tick = 0.25  # four bursts a second, as a server's pollers wake
     while proc.poll() is None:
+        began = time.perf_counter()
         step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
-        phase[0] = (step // 50) % 3
-        time.sleep(0.05)
-    done.set()
-    for thread in threads:
-        thread.join()
+        if (step // 50) % 2:
+            cpu = time.process_time()
+            while time.process_time() - cpu < share * (os.cpu_count() or 1) * tick and (step // 50) % 2:
+                step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
+            busy += time.process_time() - cpu
+            loaded += tick
+        time.sleep(max(0.0, tick - (time.perf_counter() - began)))
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, cmd)
     entries = [e for e in map(json.loads, (output_dir / "trainer_log.jsonl").read_text().splitlines()) if "loss" in e]
-    steps = {0: [], 1: [], 2: []}
+    steps = {True: [], False: []}
     for before, after in zip(entries, entries[1:], strict=False):
         first, last = before["current_steps"], after["current_steps"] - 1
-        if first // 50 == last // 50:  # within one phase
-            steps[(first // 50) % 3].append((after["elapsed_time"] - before["elapsed_time"]) / (last + 1 - first))
-    factors = {}
-    for niced in (False, True):
-        got = busy[niced] / max(loaded[niced], 1e-9) / cores
-        slower = statistics.median(steps[1 + niced]) / statistics.median(steps[0]) - 1
-        factors[niced] = slower / got
-        print(f"a busy loop at {'the lowest' if niced else 'normal'} priority asking for {100 * share:.0f}% of this "
-              f"machine's CPU got {100 * got:.1f}% and made training steps {100 * slower:+.1f}% slower (medians of "
-              f"{len(steps[1 + niced])} and {len(steps[0])} step intervals): {factors[niced]:.2f}x its share",
-              flush=True)
-    return factors
+        if first // 50 == last // 50 and first % 50 >= 10:  # within one half, after its switch-over
+            per_step = (after["elapsed_time"] - before["elapsed_time"]) / (last + 1 - first)
+            steps[bool((first // 50) % 2)].append(per_step)
+    measured_share = busy / max(loaded, 1e-9) / (os.cpu_count() or 1)
+    slower = statistics.median(steps[True]) / statistics.median(steps[False]) - 1
+    print(f"a busy loop taking {100 * measured_share:.1f}% of this machine's CPU made training steps "
+          f"{100 * slower:+.1f}% slower (medians of {len(steps[True])} and {len(steps[False])} step intervals): "
+          f"{slower / measured_share:.2f}x its share", flush=True)
+    return slower / measured_share
 
 
 def train_runtime(output_dir: Path) -> float:
@@ -207,9 +176,11 @@ def main() -> None:
         if server_env:
             kinds["server"] = server_env
         runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
-        taken: dict[str, list[dict[bool, float]]] = {kind: [] for kind in kinds}
+        taken: dict[str, list[float]] = {kind: [] for kind in kinds}
         for n in range(args.pairs):
-            for kind, kind_env in kinds.items():
+            order = list(kinds)[n % len(kinds):] + list(kinds)[:n % len(kinds)]  # each kind first in turn
+            for kind in order:
+                kind_env = kinds[kind]
                 path = write(f"{kind}-{n}")
                 cmd = ([str(BIN / "python"), "-m", "tuneline.train", str(path)] if kind == "bare"
                        else [str(BIN / "tuneline"), "train", str(path)])
@@ -218,10 +189,9 @@ def main() -> None:
                 runs[kind].append((wall, train_runtime(root / f"{kind}-{n}")))
                 taken[kind].append(share)
                 print(f"round {n + 1} {kind:6s} wall {wall:6.1f} s   training loop {runs[kind][-1][1]:6.1f} s   "
-                      f"other processes' CPU while training {100 * share[False]:.1f}% + {100 * share[True]:.1f}% "
-                      "at the lowest priority", flush=True)
-        calibration = write("calibrate", max_steps=3 * args.steps)  # its thirds' medians: ~1% apart by chance
-        factors = loop_cost_of_cpu_share([str(BIN / "python"), "-m", "tuneline.train", str(calibration)], env,
+                      f"other processes' CPU while training {100 * share:.1f}%", flush=True)
+        calibration = write("calibrate", max_steps=2 * args.steps)  # its two halves' medians: ~1% apart by chance
+        factor = loop_cost_of_cpu_share([str(BIN / "python"), "-m", "tuneline.train", str(calibration)], env,
                                         root / "calibrate")
         cached_path = root / "flow-0.yaml"
         cached = {kind: [timed([str(BIN / "tuneline"), "train", str(cached_path)], kinds[kind]) for _ in range(3)]
@@ -233,37 +203,30 @@ def main() -> None:
           f"training loop median {statistics.median(loop for _, loop in bare):.1f} s")
     for kind, label in (("flow", "flow, temporary server"), ("server", "flow, running server")):
         if kind in runs:
-            shares = {niced: statistics.median(t[niced] for t in taken[kind])
-                      - statistics.median(t[niced] for t in taken["bare"]) for niced in (False, True)}
-            report(label, runs[kind], bare, shares, factors)
+            report(label, runs[kind], bare, statistics.median(taken[kind]) - statistics.median(taken["bare"]), factor)
     for kind, times in cached.items():
         label = "temporary server" if kind == "flow" else "running server"
         print(f"fully cached re-run, {label}: median {statistics.median(times):.1f} s "
               f"({', '.join(f'{t:.1f}' for t in times)})")
 
 
-def report(label: str, flow: list[tuple[float, float]], bare: list[tuple[float, float]], taken: dict[bool, float],
-           factors: dict[bool, float]) -> None:
+def report(label: str, flow: list[tuple[float, float]], bare: list[tuple[float, float]], taken: float,
+           factor: float) -> None:
     """Paired medians of the extra wall time and of its fixed part; the per-step part from the CPU the flow's
     own processes took while training ran (steadier here than the loop times, which vary +-10% run to run),
-    at normal and at the lowest priority, each times what such a share was measured to cost the loop."""
+    times what such a share was measured to cost the loop (`factor`, at least 1)."""
     extra = statistics.median(fw - bw for (fw, _), (bw, _) in zip(flow, bare, strict=True))
     share = statistics.median((fw - bw) / bw for (fw, _), (bw, _) in zip(flow, bare, strict=True))
     fixed = statistics.median((fw - fl) - (bw - bl) for (fw, fl), (bw, bl) in zip(flow, bare, strict=True))
     loop = statistics.median(fl / bl - 1 for (_, fl), (_, bl) in zip(flow, bare, strict=True))
     print(f"{label}: extra {extra:+.1f} s ({100 * share:+.1f}%); outside the training loop {fixed:+.1f} s; "
-          f"loop time {100 * loop:+.1f}% (paired, noisy); the flow's processes took {100 * taken[False]:.1f}% of "
-          f"the CPU while training ran, and {100 * taken[True]:.1f}% more at the lowest priority")
-    cores = os.cpu_count() or 1  # at most: a CPU millisecond taken stalls every training thread for as long
-    # Outside these bounds it is the measurement's noise. A load at the lowest priority gets under 1% of the
-    # machine here, so one run's +-1.5% step-time noise makes its factor +-2; pooled over five such runs (-2.3,
-    # -2.2, -0.8, +0.3, +1.7% slower, for shares of 0.6-1.0%) it cost nothing within +-0.8%: at most 1x is kept.
-    factors = {False: min(max(1.0, factors[False]), cores), True: min(max(0.0, factors[True]), 1.0)}
-    per_step = sum(taken[niced] * factors[niced] for niced in (False, True))
+          f"loop time {100 * loop:+.1f}% (paired, noisy); the flow's processes took {100 * taken:.1f}% of the "
+          "CPU while training ran")
+    factor = max(1.0, factor)  # below 1 it is the measurement's noise
+    per_step = taken * factor
     projected = ", ".join(f"{minutes} min: {100 * (fixed / (60 * minutes) + per_step):+.1f}%" for minutes in (3, 5))
-    print(f"  per-step part {100 * per_step:.1f}% (those shares x {factors[False]:.2f} and x {factors[True]:.2f}); "
-          f"projected extra (fixed part + per-step part) for a bare run of {projected}; "
-          f"{_crossing(fixed, per_step)} (at most x {cores}: {_crossing(fixed, sum(taken.values()) * cores)})")
+    print(f"  per-step part {100 * per_step:.1f}% (that share x {factor:.2f}); projected extra (fixed part + "
+          f"per-step part) for a bare run of {projected}; {_crossing(fixed, per_step)}")
 
 
 def _crossing(fixed: float, per_step: float) -> str:
