@@ -116,13 +116,18 @@ def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: f
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log, step, busy, loaded = ProgressReader(output_dir / "trainer_log.jsonl"), 0, 0.0, 0.0
     tick = 0.25  # four bursts a second, as a server's pollers wake
+
+    def loaded_half() -> bool:
+        nonlocal step
+        step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
+        return bool((step // 50) % 2)
+
     while proc.poll() is None:
         began = time.perf_counter()
-        step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
-        if (step // 50) % 2:
+        if loaded_half():
             cpu = time.process_time()
-            while time.process_time() - cpu < share * (os.cpu_count() or 1) * tick and (step // 50) % 2:
-                step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
+            while time.process_time() - cpu < share * (os.cpu_count() or 1) * tick and loaded_half():
+                pass
             busy += time.process_time() - cpu
             loaded += tick
         time.sleep(max(0.0, tick - (time.perf_counter() - began)))
