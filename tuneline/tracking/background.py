@@ -2,17 +2,17 @@
 
 A logged step costs MLflow's SQLite commit (an fsync, ~30 ms here) or an HTTP round trip (~70 ms with a local
 server on 2 busy cores); with a small model and `logging_steps: 1` that would add tens of percent to training. Both
-mostly wait on I/O, so a thread overlaps them with the next steps. Each request also costs CPU (~6 ms on SQLite)
-that training, using every core, pays for: so the worker gathers what is logged within `interval_s` (5 s) into one
-request instead of sending each step alone (one request per logging step cost ~1% of a CPU run on the demo). On
-SQLite, with a run's ~150 params, a request costs ~3.7 ms of CPU plus ~0.85 ms per step: at the demo's 3.5 logged
-steps a second, 6.1 ms a second batched every 2 s, 4.1 ms every 5 s. One FIFO queue and one worker keep the step
-order; each value keeps the time it was logged. `flush()` sends what is queued at once and waits for it (the
-training flushes at every checkpoint, so the steps a checkpoint covers are in MLflow before a resume could start
-from it); `close()` also stops the worker. A value still queued when the process is killed is missing from MLflow
-(trainer_log.jsonl keeps it); that window is one interval, and never reaches behind the last checkpoint. An error a
-retry cannot fix (not an outage) is raised by the next `log()`, `flush()` or `close()` in the training thread, as
-the synchronous logger would have raised it.
+mostly wait on I/O, so a thread overlaps them with the next steps. Each request also costs CPU that training, using
+every core, pays for: so the worker gathers what is logged within `interval_s` (5 s) into one request instead of
+sending each step alone (one request per logging step cost ~1% of a CPU run on the demo). On SQLite, with a run's
+~150 params, a request costs ~3.7 ms of CPU plus ~0.85 ms per step: at the demo's 3.5 logged steps a second, 6.1 ms
+a second batched every 2 s, 4.1 ms every 5 s. One FIFO queue and one worker keep the step order; each value keeps
+the time it was logged. `flush()` sends what is queued at once and waits for it (the training flushes at every
+checkpoint, so the steps a checkpoint covers are in MLflow before a resume could start from it); `close()` also
+stops the worker. A value still queued when the process is killed is missing from MLflow (trainer_log.jsonl keeps
+it); that window is one interval, and never reaches behind the last checkpoint. An error a retry cannot fix (not an
+outage) is raised by the next `log()`, `flush()` or `close()` in the training thread, as the synchronous logger
+would have raised it.
 """
 
 from __future__ import annotations
