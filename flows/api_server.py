@@ -2,10 +2,11 @@
 
 Without a configured `PREFECT_API_URL`, Prefect starts a temporary server (a uvicorn subprocess) the first
 time the flow needs its API: after the parent has imported Prefect, its flows and its server package (~4 s),
-and then it waits ~6 s for the server to boot, one after the other. Here the same server process (Prefect's
-app factory and settings, run as `prefect.server.api.server.SubprocessASGIServer` runs it) starts before those
-imports, on the second core, and the flow is pointed at it with `temporary_settings`. A fully cached re-run is
-then bounded by the server's boot rather than by boot plus imports.
+and then it waits ~6 s for the server to boot, one after the other. Here a server process (Prefect's app
+factory and settings under uvicorn, as `prefect.server.api.server.SubprocessASGIServer` runs them, less the idle
+polling `flows.temporary_server` leaves out) starts before those imports, on the second core, and the flow is
+pointed at it with `temporary_settings`. A fully cached re-run is then bounded by the server's boot rather than
+by boot plus imports.
 
 A configured API (a running `prefect server start`, Prefect Cloud) is used as before, and
 `PREFECT_SERVER_EPHEMERAL_ENABLED=false` keeps its meaning. The server stops when the run ends; on Linux it
@@ -78,13 +79,11 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
 
 
 def _start_server() -> tuple[subprocess.Popen, str]:
-    """The uvicorn process Prefect's SubprocessASGIServer runs, on a free port of 127.0.0.1."""
+    """Prefect's server app in a process of its own (`flows.temporary_server`), on a free port of 127.0.0.1."""
     port = _free_port()
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-        env=env, preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))  # SIGTERM: it closes its database
+    server = subprocess.Popen([sys.executable, "-m", "flows.temporary_server", str(port)], env=env,
+                              preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))  # SIGTERM: closes its db
     return server, f"http://127.0.0.1:{port}/api"
 
 

@@ -1,5 +1,6 @@
 """`tuneline train` without a configured Prefect API: the temporary server we start early, in real processes."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -9,7 +10,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
+import httpx
 import pytest
 import yaml
 
@@ -123,3 +126,35 @@ def test_no_heartbeats_to_a_temporary_server(tmp_path):
                              text=True, timeout=300)
     assert lasting.returncode == 0, lasting.stderr[-3000:]
     assert "HEARTBEAT 180" in lasting.stdout, lasting.stdout
+
+
+def _wakeups(pid: int) -> int:
+    """Times the process's threads went to sleep and woke again (voluntary context switches), all threads."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += sum(int(line.split()[1]) for line in (task / "status").read_text().splitlines()
+                         if line.startswith("voluntary_ctxt_switches"))
+    return total
+
+
+def test_temporary_server_keeps_still_while_nothing_happens(tmp_path):
+    """Training on a CPU pays for each wakeup of the server beside it. Prefect's app as `uvicorn --factory` runs it
+    woke ~170 times a second with nothing to do (docket's worker polling, uvicorn's ten ticks a second); ours
+    answers requests and otherwise keeps still (~35 a second here, from Prefect's own services)."""
+    from flows.api_server import _start_server, _stop, _wait_until_healthy
+
+    env = _env(tmp_path)
+    with mock.patch.dict(os.environ, env, clear=True):
+        server, url = _start_server()
+    try:
+        _wait_until_healthy(server, url, timeout=120)
+        time.sleep(2)  # start-up work done
+        before, started = _wakeups(server.pid), time.monotonic()
+        time.sleep(3)
+        rate = (_wakeups(server.pid) - before) / (time.monotonic() - started)
+        assert httpx.get(f"{url}/health").status_code == 200
+    finally:
+        _stop(server)
+    assert rate < 80, f"the idle temporary server woke {rate:.0f} times a second"
+    assert server.returncode == -signal.SIGTERM, "it stops on SIGTERM, closing its database, and is not killed"
