@@ -3,6 +3,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import task_run
 
 from tasks.caching import content_key
+from tasks.child_log import ChildLog
 from tuneline.config import RunConfig
 from tuneline.pipeline import keys
 from tuneline.pipeline.record import record_training
@@ -36,8 +37,9 @@ def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
 
     key = _train_key(config, dataset, reference, run)
     fresh = config.pipeline.refresh_cache and task_run.run_count <= 1  # a retry resumes what the first began
-    result = train_model(config, dataset, reference, key, run.get("run_id"), run.get("tracking_uri"),
-                         on_line=logger.info, on_progress=on_progress, start_fresh=fresh)
+    with ChildLog(logger) as child_log:
+        result = train_model(config, dataset, reference, key, run.get("run_id"), run.get("tracking_uri"),
+                             on_line=child_log.line, on_progress=on_progress, start_fresh=fresh)
     update_progress_artifact(progress, 100.0)
     record_training(run, config, result)
     return result
