@@ -8,8 +8,8 @@ anything for a server that lives for one run:
   `prefect server start` on the same database runs them all. Its scheduler, stream reader and cancellation
   listener poll ~20 times a second between them: ~1% of a core while nothing happens.
 - uvicorn's ten checks a second for a shutdown: here a signal wakes the loop instead (~0.25% of a core).
-Idle, the server took 1.4% of a core with both, 0.3% without. On a CPU machine training pays about twice a
-share it loses (its threads wait for the one that was put off), so this is ~2% of a short run's time.
+Idle, the server took 1.4% of a core with both, 0.2-0.3% without. A CPU training run pays 2-3 times a share of
+the CPU it loses (its threads wait for the one that was put off): that was 1-1.5% of the training loop's time.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class _SignalledServer(uvicorn.Server):
         ticks = 0
         while not await self.on_tick(ticks):  # a multiple of 10 refreshes the Date header, as each 1 s tick should
             ticks = (ticks + 10) % 864000
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=1.0)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
