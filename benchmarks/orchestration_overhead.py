@@ -108,7 +108,7 @@ def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: f
     """How much a load taking `share` of this machine's CPU slows the training loop, as a multiple of `share`.
 
     The training's threads wait for each other at every step, so CPU taken from one of them can cost the loop
-    more than its share of the machine (2.2-2.7x on 2 cores, some days 1.2-1.5x). Measured on a bare run with a
+    more than its share of the machine (1.2-3.0x on 2 cores, depending on the day). Measured on a bare run with a
     busy loop of known share here, switched on and off every 50 steps so that this machine's drift falls on both
     halves alike: the median step time with the load over the one without it, less one, divided by the share. A
     half's first logging interval is left out: the switch is seen from trainer_log.jsonl, a little late.
