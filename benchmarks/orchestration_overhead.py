@@ -43,7 +43,7 @@ from pathlib import Path
 
 import yaml
 
-from tuneline.pipeline.train_step import ProgressReader
+from tuneline.pipeline.follow_log import TrainerLogReader
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -72,7 +72,7 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
 
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = ProgressReader(output_dir / "trainer_log.jsonl")
+    log = TrainerLogReader(output_dir / "trainer_log.jsonl")
     samples, ended = [], False  # (time, training?, {pid: cpu seconds of the others}, {child's thread: cpu seconds})
     while proc.poll() is None:
         others, threads, training = {}, {}, False
@@ -114,7 +114,7 @@ def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: f
     half's first logging interval is left out: the switch is seen from trainer_log.jsonl, a little late.
     """
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log, step, busy, loaded = ProgressReader(output_dir / "trainer_log.jsonl"), 0, 0.0, 0.0
+    log, step, busy, loaded = TrainerLogReader(output_dir / "trainer_log.jsonl"), 0, 0.0, 0.0
     tick = 0.25  # four bursts a second, as a server's pollers wake
 
     def loaded_half() -> bool:

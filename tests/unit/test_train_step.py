@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tuneline.pipeline.train_step import ProgressReader
+from tuneline.pipeline.follow_log import TrainerLogReader
 
 COUNT_AND_IMPORTS = ("import sys; from tuneline.train.launch import gpu_count; "
                      "print(gpu_count(), 'torch' in sys.modules)")
@@ -60,29 +60,55 @@ def test_gpu_count_reads_nvml_and_the_launch_follows_it(tmp_path, tiny_model_dir
     assert "--multi_gpu" in cmd and cmd[cmd.index("--num_processes") + 1] == "3" and "env" not in cmd
 
 
-def test_progress_is_reported_at_most_every_interval(tmp_path):
-    """The train step reports the newest trainer_log entry, not one API call per logging step."""
+def test_trainer_log_is_handed_over_at_most_every_interval(tmp_path):
+    """The train step hands on the new trainer_log entries (the newest as progress, all to MLflow) at most every
+    interval: not one API call per logging step, and no entry lost in between."""
     log = tmp_path / "trainer_log.jsonl"
     now = [100.0]
-    reader = ProgressReader(log, interval_s=5.0, clock=lambda: now[0])
-    assert reader.due() is None  # no log yet
+    reader = TrainerLogReader(log, interval_s=5.0, clock=lambda: now[0])
+    assert reader.due() == []  # no log yet
 
     def append(*steps: int, tail: str = "") -> None:
         with log.open("a") as handle:
             handle.write("".join(json.dumps({"current_steps": s, "percentage": s}) + "\n" for s in steps) + tail)
 
+    def steps(entries: list[dict]) -> list[int]:
+        return [entry["current_steps"] for entry in entries]
+
     append(1, 2)
-    assert reader.due()["current_steps"] == 2  # the first report comes at once
+    assert steps(reader.due()) == [1, 2]  # the first hand-over comes at once
     append(3, 4)
     now[0] += 4.9
-    assert reader.due() is None  # too soon: nothing sent, nothing lost either
+    assert reader.due() == []  # too soon: nothing sent, nothing lost either
     append(5, tail='{"current_steps": 6, "perc')  # the child is halfway through writing step 6
     now[0] += 0.1
-    assert reader.due()["current_steps"] == 5  # the newest whole entry
+    assert steps(reader.due()) == [3, 4, 5]  # the whole entries
     now[0] += 10
-    assert reader.due() is None  # the log did not grow
+    assert reader.due() == []  # the log did not grow
     append(tail='entage": 6}\n')
-    assert reader.due()["current_steps"] == 6
+    assert steps(reader.due()) == [6]
+
+
+def test_a_resumed_childs_log_is_read_from_its_start_and_the_killed_ones_tail_never(tmp_path):
+    """A resuming child cuts trainer_log.jsonl back to its checkpoint (a new file renamed over the old one): the
+    reader passes over the file of the killed start and reads the cut one from the top, also where it grew past
+    the old file's length before the reader looked."""
+    from tuneline.train.trainer_log import truncate_log
+
+    log = tmp_path / "trainer_log.jsonl"
+    log.write_text("".join(json.dumps({"current_steps": s, "loss": 1.0 / s}) + "\n" for s in range(1, 8)))
+    reader = TrainerLogReader(log, interval_s=0.0, skip_existing=True)
+    fresh = TrainerLogReader(log, interval_s=0.0)
+    assert [e["current_steps"] for e in fresh.new_entries()] == list(range(1, 8))
+    assert reader.new_entries() == []  # steps 6 and 7 of the killed start: trained again after the resume
+    truncate_log(log, 5)
+    with log.open("a") as handle:  # the resumed child's steps, longer than what was cut
+        handle.write("".join(json.dumps({"current_steps": s, "loss": 2.0 / s, "pad": "x" * 40}) + "\n"
+                             for s in range(6, 10)))
+    for follower in (reader, fresh):
+        entries = follower.new_entries()
+        assert [e["current_steps"] for e in entries] == list(range(1, 10)), entries
+        assert entries[5]["loss"] == 2.0 / 6  # step 6 as trained again
 
 
 def test_the_plot_steps_imports_are_done_while_the_child_trains():

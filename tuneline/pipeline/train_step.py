@@ -1,8 +1,9 @@
 """Run training as a subprocess (`accelerate launch -m tuneline.train`) that resumes itself.
 
 The parent writes the resolved config into output_dir, launches the child with the MLflow run in its
-environment, forwards its lines and progress, and marks the output complete only after a clean exit. A
-killed parent leaves no marker, so the next start launches again and the child resumes from its checkpoint.
+environment, forwards its lines, its progress and the metrics of its trainer_log.jsonl (to MLflow), and marks
+the output complete only after a clean exit. A killed parent leaves no marker, so the next start launches again
+and the child resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -12,21 +13,20 @@ import json
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneline.config import RunConfig, dump_config
 from tuneline.errors import UserError
+from tuneline.pipeline.follow_log import MetricsSender, TrainerLogReader
+from tuneline.train.trainer_log import FLOW_SENDS_METRICS, LOG_FILE
 
 if TYPE_CHECKING:
     from tuneline.train.early_launch import EarlyLaunch
 
 COMPLETE_MARKER = "TRAIN_COMPLETE.json"
 RESOLVED_CONFIG = "tuneline_config.yaml"
-TRAINER_LOG = "trainer_log.jsonl"
-PROGRESS_INTERVAL_S = 5.0
 
 
 def training_complete(output_dir: str | Path, key: str) -> bool:
@@ -92,53 +92,6 @@ def _write_json(path: Path, data: dict) -> Path:
     return path
 
 
-class ProgressReader:
-    """Follows trainer_log.jsonl as the child appends to it: new entries since the last call, or the newest one.
-
-    `due()` hands on the newest entry at most every `interval_s`: each report is an API call (a Prefect artifact
-    update, a database write on its server) taking CPU from training; one per logging step cost ~1% of a CPU run.
-    """
-
-    def __init__(self, path: Path, interval_s: float = PROGRESS_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
-        self.path, self.offset = path, 0
-        self.interval_s, self.clock = interval_s, clock
-        self.reported_at: float | None = None
-
-    def due(self) -> dict[str, Any] | None:
-        """The newest entry, if the last report is `interval_s` old and the log grew since; else None."""
-        now = self.clock()
-        if self.reported_at is not None and now - self.reported_at < self.interval_s:
-            return None
-        entries = self.new_entries()
-        if not entries:
-            return None
-        self.reported_at = now
-        return entries[-1]
-
-    def new_entries(self) -> list[dict[str, Any]]:
-        try:
-            size = self.path.stat().st_size
-        except OSError:
-            return []
-        if size < self.offset:  # a fresh run replaced the file
-            self.offset = 0
-        if size == self.offset:
-            return []
-        with open(self.path, encoding="utf-8") as handle:
-            handle.seek(self.offset)
-            chunk = handle.read()
-        complete, _, _ = chunk.rpartition("\n")
-        self.offset += len(complete.encode("utf-8")) + (1 if complete else 0)
-        entries = []
-        for line in complete.splitlines():
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return entries
-
-
 def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
                 mlflow_run_id: str | None, tracking_uri: str | None,
                 on_line: Callable[[str], None] = print,
@@ -146,7 +99,8 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     """Train (or resume) into config.output_dir; return a small reference to the result.
 
     Each output line of the child goes to `on_line`; `on_progress` gets the newest trainer_log.jsonl entry at
-    most every PROGRESS_INTERVAL_S. `start_fresh` (a forced rerun, first attempt only: a retry must resume)
+    most every follow_log.INTERVAL_S, when the new entries' metrics go to the MLflow run `mlflow_run_id` (sent
+    from here, not by the child). `start_fresh` (a forced rerun, first attempt only: a retry must resume)
     trains again from step 0. A launch started early for this run (`early_launch`) is used when it matches.
     """
     from tuneline.train.launch import launch_command, run_streaming
@@ -161,20 +115,33 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref),
                          evaluation_input(config, dataset_ref))
     env = {**os.environ, "TUNELINE_TRAIN_KEY": key, "PYTHONUNBUFFERED": "1"}
+    reader = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)
+    sender = None
     if mlflow_run_id:
-        env.update(MLFLOW_RUN_ID=mlflow_run_id, MLFLOW_TRACKING_URI=str(tracking_uri))
-    reader = ProgressReader(output_dir / TRAINER_LOG)
+        env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri), FLOW_SENDS_METRICS: "1"})
+        sender = MetricsSender(mlflow_run_id, tracking_uri, output_dir)
+
+    def hand_over(entries: list[dict]) -> None:
+        if sender:
+            sender.send(entries)
+        if on_progress and entries:
+            on_progress(entries[-1])
 
     def forward(line: str) -> None:
         on_line(line)
-        if on_progress and (entry := reader.due()) is not None:
-            on_progress(entry)
+        hand_over(reader.due())
 
     early = _take_early_launch()
     process = early.begin(cmd, env) if early else None
     warm = _import_while_training()
     try:
         run_streaming(cmd, env, forward, process)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the training's own error is the one to report
+            _finish_metrics(reader, sender)
+        raise
+    else:
+        _finish_metrics(reader, sender)
     finally:
         warm.join()  # no thread of ours outlives the step
         if early:
@@ -183,6 +150,16 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     ref = {"output_dir": str(output_dir), "train_key": key, "metrics": metrics, "mlflow_run_id": mlflow_run_id}
     _write_json(output_dir / COMPLETE_MARKER, ref)
     return ref
+
+
+def _finish_metrics(reader: TrainerLogReader, sender: MetricsSender | None) -> None:
+    """Send what the child logged since the last hand-over (a failed or killed one too: its steps happened) and
+    wait for the sender; what MLflow could not take stays in output_dir's spool."""
+    if sender:
+        try:
+            sender.send(reader.new_entries())
+        finally:
+            sender.close()
 
 
 _early: EarlyLaunch | None = None

@@ -81,11 +81,19 @@ class BackgroundStepLogger:
             err, self._error = self._error, None
             raise err
 
-    def log(self, metrics: dict[str, float], step: int) -> None:
+    def log(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
         self._raise_error()
         if self._closed:
             raise RuntimeError("log() after close()")
-        self._queue.put((dict(metrics), step, int(time.time() * 1000)))  # the time it was logged, not sent
+        self._queue.put((dict(metrics), step, timestamp_ms or int(time.time() * 1000)))  # when logged, not sent
+
+    def send(self, items: list[tuple[dict[str, float], int, int | None]]) -> None:
+        """Steps gathered elsewhere already, as (metrics, step, timestamp_ms or None): sent together at once,
+        not after the interval, and without waiting for the send."""
+        for metrics, step, timestamp_ms in items:
+            self.log(metrics, step, timestamp_ms)
+        if items:
+            self._queue.put(_FLUSH)  # ends the worker's batch
 
     def flush(self) -> None:
         """Send what is queued now, and wait until it was sent or spooled."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import EarlyStoppingCallback, TrainerCallback
 
-LOG_FILE = "trainer_log.jsonl"
+from tuneline.train.trainer_log import FLOW_SENDS_METRICS, LOG_FILE, METRICS_SPOOL_DIR, log_record, truncate_log
 
 
 def _numeric(logs: dict[str, Any]) -> dict[str, float]:
@@ -24,28 +24,11 @@ def _numeric(logs: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def truncate_log(path: Path, last_step: int) -> None:
-    """Keep only records up to last_step: after a resume, later steps are logged again, once."""
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line).get("current_steps", 0) <= last_step:
-                kept.append(line)
-        except ValueError:
-            continue  # a line cut short by a kill
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(f"{line}\n" for line in kept))
-    os.replace(tmp, path)
-
-
 class TrainerLogCallback(TrainerCallback):
     """Writes one JSON line per log event to `<output_dir>/trainer_log.jsonl` (main process only).
 
-    Keys follow LLaMA-Factory's log (current_steps, total_steps, loss, eval_loss, lr, epoch, percentage,
-    elapsed_time, remaining_time, total_tokens, throughput) plus every other numeric metric logged.
-    Times are seconds; throughput is non-padding tokens per second in this process's session.
+    The keys are trainer_log.py's. Times are seconds (`timestamp` since the epoch, for MLflow); throughput is
+    non-padding tokens per second in this process's session.
     """
 
     def __init__(self, output_dir: str | Path):
@@ -64,11 +47,7 @@ class TrainerLogCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        record = self.progress(state)
-        metrics = _numeric(logs)
-        if "learning_rate" in metrics:
-            metrics["lr"] = metrics.pop("learning_rate")
-        record.update(metrics)
+        record = log_record(self.progress(state), _numeric(logs))
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
@@ -84,14 +63,17 @@ class TrainerLogCallback(TrainerCallback):
             "elapsed_time": round(elapsed, 3), "remaining_time": round(remaining, 3) if remaining is not None
             else None, "total_tokens": tokens,
             "throughput": round((tokens - self.start_tokens) / elapsed, 2) if elapsed > 0 else None,
+            "timestamp": round(time.time(), 3),
         }
 
 
 class MlflowMetricsCallback(TrainerCallback):
     """Streams logged metrics into the flow's MLflow run (main process only), trainer global step as step.
 
-    Active only with MLFLOW_RUN_ID and MLFLOW_TRACKING_URI in the environment. tracking.StepMetricLogger drops
-    steps MLflow already holds, so after a resume each step appears once in the history.
+    Active only with MLFLOW_RUN_ID and MLFLOW_TRACKING_URI in the environment, and not in a training the flow
+    launched: the flow's process, which has MLflow loaded, sends them from trainer_log.jsonl (importing MLflow
+    here cost ~1.3 s of CPU that the first steps shared). tracking.StepMetricLogger drops steps MLflow already
+    holds, so after a resume each step appears once in the history.
     """
 
     def __init__(self, output_dir: str | Path, logger_factory=None):
@@ -101,8 +83,10 @@ class MlflowMetricsCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         run_id, uri = os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
+        if os.environ.get(FLOW_SENDS_METRICS) == "1":
+            return
         if state.is_world_process_zero and run_id and uri and self.logger is None:
-            self.logger = self.logger_factory(run_id, uri, self.output_dir / "mlflow_spool")
+            self.logger = self.logger_factory(run_id, uri, self.output_dir / METRICS_SPOOL_DIR)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.logger is not None and logs:

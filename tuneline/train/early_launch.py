@@ -12,7 +12,6 @@ GPU or MLflow run, so stopping one that was not needed (a cache hit, an error be
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -23,11 +22,13 @@ import time
 from pathlib import Path
 
 from tuneline.train.launch import process_env, start_process
+from tuneline.train.trainer_log import FLOW_SENDS_METRICS
 
 # What may still change after the imports: the entry point reads these only once it starts; and the
 # variable torch's inductor sets on import to its default (in the flow's process when an earlier step imported
 # torch, and in the child as it imports), read only when something compiles.
-START_ENV = frozenset({"TUNELINE_TRAIN_KEY", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "TORCHINDUCTOR_CACHE_DIR"})
+START_ENV = frozenset({"TUNELINE_TRAIN_KEY", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", FLOW_SENDS_METRICS,
+                       "TORCHINDUCTOR_CACHE_DIR"})
 ENTRY = ["-m", "tuneline.train"]
 POLL_S = 0.02
 
@@ -73,9 +74,10 @@ def wait_for_start(start_file: str | Path, stage: str) -> list[str]:
     """In the launched process: import what `stage` trains with, wait for the start file, take its environment
     entries and return the entry point's arguments.
 
-    What is needed only once training runs (MLflow, which the metrics logger's thread imports at its first
-    send; the text metrics of the evaluation after training) is imported while the start has not come, never
-    in its way: when the flow is ready first, those ~0.9 s of imports would hold up its first step.
+    What is needed only once training runs (the text metrics of the evaluation after training) is imported
+    while the start has not come, never in its way: when the flow is ready first, those imports would hold up
+    its first step. MLflow is not: the flow sends this training's metrics itself, and a training that uploads
+    checkpoints imports it at its first save.
     """
     began = time.monotonic()
     import tuneline.train.training_args  # noqa: F401 - what the entry point imports first
@@ -84,10 +86,8 @@ def wait_for_start(start_file: str | Path, stage: str) -> list[str]:
     stage_runner(stage)
     imported = time.monotonic()
     path = Path(start_file)
-    for preload in (_import_mlflow, functools.partial(_import_metric_libraries, stage)):
-        if path.exists():
-            break
-        preload()
+    if not path.exists():
+        _import_metric_libraries(stage)
     while not path.exists():
         time.sleep(POLL_S)
     start = json.loads(path.read_text())
@@ -95,10 +95,6 @@ def wait_for_start(start_file: str | Path, stage: str) -> list[str]:
     logging.getLogger(__name__).info("started early: imports took %.1f s, then the start came %.1f s later",
                                      imported - began, time.monotonic() - imported)
     return start["argv"]
-
-
-def _import_mlflow() -> None:
-    import mlflow  # noqa: F401
 
 
 def _import_metric_libraries(stage: str) -> None:

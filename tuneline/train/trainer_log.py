@@ -1,0 +1,55 @@
+"""trainer_log.jsonl: the training's own record of every logged step, written by it and followed by the flow.
+
+One JSON line per log event (main process only): LLaMA-Factory's keys (current_steps, total_steps, loss, lr,
+epoch, percentage, elapsed_time, remaining_time, total_tokens, throughput), every other numeric metric the
+trainer logged, and the `timestamp` it was logged at. The flow's process reads it for progress and sends the
+metrics in it to MLflow (`logged_metrics` gives them back as the trainer logged them), so a training launched
+by the flow imports no MLflow. Light on purpose: the flow's process imports this module, not transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+LOG_FILE = "trainer_log.jsonl"
+METRICS_SPOOL_DIR = "mlflow_spool"  # under output_dir: metrics kept while MLflow is unreachable
+FLOW_SENDS_METRICS = "TUNELINE_FLOW_SENDS_METRICS"  # "1": the training logs no metrics to MLflow itself
+PROGRESS_KEYS = frozenset({"current_steps", "total_steps", "percentage", "elapsed_time", "remaining_time",
+                           "total_tokens", "throughput", "timestamp"})
+_RENAMED = {"learning_rate": "lr"}  # LLaMA-Factory's name in the log
+_ORIGINAL = {short: name for name, short in _RENAMED.items()}
+
+
+def log_record(progress: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
+    """The line for one log event: the progress fields, then the metrics (renamed as LLaMA-Factory's log)."""
+    return {**progress, **{_RENAMED.get(key, key): value for key, value in metrics.items()}}
+
+
+def logged_metrics(entry: dict[str, Any]) -> dict[str, float]:
+    """The metrics of one line, under the names the trainer logged them with (`epoch` from the progress when the
+    trainer logged none)."""
+    return {_ORIGINAL.get(key, key): float(value) for key, value in entry.items()
+            if key not in PROGRESS_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
+def truncate_log(path: Path, last_step: int) -> None:
+    """Keep only records up to last_step: after a resume, later steps are logged again, once.
+
+    The kept lines go to a new file renamed over the old one, so a reader following the old file sees a new one
+    (another inode) and starts again from its beginning.
+    """
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("current_steps", 0) <= last_step:
+                kept.append(line)
+        except ValueError:
+            continue  # a line cut short by a kill
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    os.replace(tmp, path)
