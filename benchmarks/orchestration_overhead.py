@@ -12,17 +12,17 @@ Prefect databases, tokenizes and scores the base model), so (b) and (c) are the 
 one-off cost is printed on its own line.
 
 Each run's extra time splits into a fixed part (wall time outside the training loop's steady state, from its first
-logged step to its end) and a per-step part: what the flow's own processes (the command, Prefect's server) and the
-child's background threads (its metrics' sender to MLflow) take from training, measured as their share of this
-machine's CPU while the loop runs (the loop times themselves vary too much run to run to show a 1% difference),
-from the first trainer_log.jsonl entry to the loop's end. The running server idles through every round, bare runs
-included (~1% of this machine: its task scheduler polls four times a second), so each kind's share counts it and
-the bare runs' share is subtracted: what remains is what the flow adds. A share of the CPU costs the loop more than
-itself, as the training's threads wait for each other at every step: one more bare run, twice as long, measures by
-how much, with a busy loop of known share switched on and off every 50 steps (the two halves drift alike), and the
-per-step part is the flow's share times that factor. From the fixed and per-step parts, the extra time is projected
-for runs of 3 and 5 minutes, and the run length where it falls under 3%. Then the fully cached re-run is timed,
-both ways. Figures are printed, never asserted.
+logged step to its end) and a per-step part: what the flow's own processes (the command, which also sends the step
+metrics to MLflow, and Prefect's server) and the child's background threads take from training, measured as their
+share of this machine's CPU while the loop runs (the loop times themselves vary too much run to run to show a 1%
+difference), from the first trainer_log.jsonl entry to the loop's end. The running server idles through every round,
+bare runs included (~1% of this machine: its task scheduler polls four times a second), so each kind's share counts
+it and the bare runs' share is subtracted: what remains is what the flow adds. A share of the CPU costs the loop
+more than itself, as the training's threads wait for each other at every step: one more bare run, twice as long,
+measures by how much, with a busy loop of known share switched on and off every 50 steps (the two halves drift
+alike), and the per-step part is the flow's share times that factor. From the fixed and per-step parts, the extra
+time is projected for runs of 3 and 5 minutes, and the run length where it falls under 3%. Then the fully cached
+re-run is timed, both ways. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -62,12 +62,11 @@ def loop_ended(entry: dict) -> bool:
 
 
 def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int]) -> tuple[float, float]:
-    """Wall time of cmd, and the share of this machine's CPU that every process but the training child (the
-    command's own, its temporary server, the pids in `also`) and the child's background threads (such as the
-    one sending its metrics to MLflow: the threads that used under a fifth of a core, where training's own use
-    whole ones) used while the child's training loop ran: from its first trainer_log.jsonl entry to the loop's
-    end (what comes after, such as the plot step's imports while the child evaluates its model, is part of the
-    fixed cost)."""
+    """Wall time of cmd, and the share of this machine's CPU that every process but the training child (the command's
+    own, its temporary server, the pids in `also`) and the child's background threads (those that used under a
+    fifth of a core, where training's own use whole ones) used while the child's training loop ran: from its
+    first trainer_log.jsonl entry to the loop's end (what comes after, such as the plot step's imports while the
+    child evaluates its model, is part of the fixed cost)."""
     import psutil
 
     start = time.perf_counter()
@@ -151,9 +150,9 @@ def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: f
 def steady_loop(output_dir: Path) -> float:
     """The training loop from its first logged step on (the Trainer's train_runtime less that step's time).
 
-    The first steps count as start-up: in a flow run they share the CPU with the child's metrics sender
-    importing MLflow and its SQL store (~1.3 s of CPU; a bare run logs to no MLflow). Their 10 steps took 0.3 s
-    in bare runs and 1.5-2.3 s in flow runs, which the Trainer's train_runtime counts as loop time.
+    The first steps count as start-up: start-up work that overlaps them (such as the child's metrics sender
+    importing MLflow, when the child sent its own metrics: 10 steps took 1.5-2.3 s in flow runs, 0.3 s in bare
+    ones) is fixed cost, which the Trainer's train_runtime would count as loop time.
     """
     first = json.loads((output_dir / "trainer_log.jsonl").read_text().splitlines()[0])
     return float(json.loads((output_dir / "all_results.json").read_text())["train_runtime"]) - first["elapsed_time"]

@@ -115,11 +115,10 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref),
                          evaluation_input(config, dataset_ref))
     env = {**os.environ, "TUNELINE_TRAIN_KEY": key, "PYTHONUNBUFFERED": "1"}
-    reader = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)
-    sender = None
     if mlflow_run_id:
         env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri), FLOW_SENDS_METRICS: "1"})
-        sender = MetricsSender(mlflow_run_id, tracking_uri, output_dir)
+    reader = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)  # before the child can touch it
+    sender: MetricsSender | None = None
 
     def hand_over(entries: list[dict]) -> None:
         if sender:
@@ -135,6 +134,7 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     process = early.begin(cmd, env) if early else None
     warm = _import_while_training()
     try:
+        sender = MetricsSender(mlflow_run_id, tracking_uri, output_dir) if mlflow_run_id else None
         run_streaming(cmd, env, forward, process)
     except BaseException:
         with contextlib.suppress(Exception):  # the training's own error is the one to report

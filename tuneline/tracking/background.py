@@ -12,7 +12,9 @@ checkpoint, so the steps a checkpoint covers are in MLflow before a resume could
 stops the worker. A value still queued when the process is killed is missing from MLflow (trainer_log.jsonl keeps
 it); that window is one interval, and never reaches behind the last checkpoint. An error a retry cannot fix (not an
 outage) is raised by the next `log()`, `flush()` or `close()` in the training thread, as the synchronous logger
-would have raised it.
+would have raised it. That is a training that sends its own metrics (the bare entry point with MLFLOW_RUN_ID); in
+the flow the command sends them with `send()`, steps gathered from trainer_log.jsonl already, and a killed
+process loses nothing (a restart sends from the file).
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ def test_the_train_step_sends_each_logged_step_and_the_training_needs_no_mlflow(
     for name in sent:  # every logged step, under the trainer's name and step, stamped when it was logged
         expected: dict[int, tuple] = {}  # a step's first value (its end logs `epoch` again with the evaluation)
         for entry in log:
-            if name in logged_metrics(entry):
-                expected.setdefault(entry["current_steps"], (logged_metrics(entry)[name], int(entry["timestamp"] * 1000)))
+            if name in (metrics := logged_metrics(entry)):
+                expected.setdefault(entry["current_steps"], (metrics[name], int(entry["timestamp"] * 1000)))
         assert history(name) == sorted((step, *value) for step, value in expected.items()), name
     assert [step for step, _, _ in history("loss")] == [2, 4, 6]
 
