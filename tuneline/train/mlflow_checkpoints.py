@@ -13,6 +13,7 @@ the run's last complete one (for the same train key) so training resumes from it
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -21,7 +22,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from tuneline.errors import UserError
-from tuneline.train.checkpoints import checkpoint_step, is_complete, last_complete_checkpoint
+from tuneline.train.checkpoints import TRAINER_STATE, checkpoint_step, is_complete, last_complete_checkpoint
+from tuneline.train.trainer_log import LOG_FILE, rebuild_log
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,8 @@ def restore_into_run_file(config) -> Path | None:
 
     restored = restore_checkpoint_from_mlflow(config, config.output_dir)
     if restored is not None:
+        state = json.loads((restored / TRAINER_STATE).read_text())
+        rebuild_log(Path(config.output_dir) / LOG_FILE, state.get("log_history") or [])
         write_run_file(config.output_dir, resumed_from=str(restored), resumed_step=checkpoint_step(restored),
                        restored_from_mlflow=True)
     return restored

@@ -53,3 +53,25 @@ def truncate_log(path: Path, last_step: int) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(f"{line}\n" for line in kept))
     os.replace(tmp, path)
+
+
+def rebuild_log(path: Path, log_history: list[dict[str, Any]]) -> None:
+    """Write trainer_log.jsonl from a checkpoint's log history (trainer_state.json), where the log is missing.
+
+    For a resume from a checkpoint fetched from MLflow into an empty output_dir: the log then reaches back to the
+    start again, for the plots and for the steps the lost machine had logged but not yet sent to MLflow (the flow
+    sends them from this file; MLflow drops those it holds). The history has no times: those lines carry none.
+    """
+    if path.exists():
+        return
+    lines = []
+    for logged in log_history:
+        step = logged.get("step")
+        metrics = {key: float(value) for key, value in logged.items() if key != "step"
+                   and isinstance(value, (int, float)) and not isinstance(value, bool)}
+        if isinstance(step, int) and metrics:
+            lines.append(json.dumps(log_record({"current_steps": step}, metrics)) + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, path)
+
