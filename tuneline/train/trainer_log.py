@@ -10,6 +10,7 @@ by the flow imports no MLflow. Light on purpose: the flow's process imports this
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ def rebuild_log(path: Path, log_history: list[dict[str, Any]]) -> None:
     for logged in log_history:
         step = logged.get("step")
         metrics = {key: float(value) for key, value in logged.items() if key != "step"
-                   and isinstance(value, (int, float)) and not isinstance(value, bool)}
+                   and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
         if isinstance(step, int) and metrics:
             lines.append(json.dumps(log_record({"current_steps": step}, metrics)) + "\n")
     tmp = path.with_name(f".{path.name}.tmp")
