@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import task_run
@@ -12,6 +14,23 @@ from tuneline.pipeline.train_step import train_model, training_complete, worth_r
 
 def _train_key(config: RunConfig, dataset: dict, reference: dict, run: dict) -> str:
     return keys.train_key(config, dataset["fingerprint"], reference["fingerprint"])
+
+
+def whole_percent_steps(update: Callable[[float], object]) -> Callable[[dict], None]:
+    """A trainer_log entry handler that calls `update(percent)` only when the training's whole percent advanced.
+
+    train_model hands entries on at most every 5 s; each update is an API call and a database write on the
+    server, taking CPU from a CPU training. A run of hours then makes ~100 of them instead of one every 5 s.
+    """
+    shown = [0]
+
+    def on_progress(entry: dict) -> None:
+        percent = entry.get("percentage")
+        if isinstance(percent, (int, float)) and int(percent) > shown[0]:
+            shown[0] = int(percent)
+            update(min(100.0, float(percent)))
+
+    return on_progress
 
 
 def _retry_crashes_only(task, task_run, state) -> bool:
@@ -30,11 +49,7 @@ def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
     """Launch (or resume) training in a subprocess; Prefect retries launch again and the child resumes."""
     logger = get_run_logger()
     progress = create_progress_artifact(progress=0.0, key="training-progress", description="training progress")
-
-    def on_progress(entry: dict) -> None:
-        if entry.get("percentage") is not None:
-            update_progress_artifact(progress, min(100.0, float(entry["percentage"])))
-
+    on_progress = whole_percent_steps(lambda percent: update_progress_artifact(progress, percent))
     key = _train_key(config, dataset, reference, run)
     fresh = config.pipeline.refresh_cache and task_run.run_count <= 1  # a retry resumes what the first began
     with ChildLog(logger) as child_log:

@@ -91,6 +91,7 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert (root / "out" / "README.md").is_file() and (root / "out" / "training_loss.png").is_file()
     assert client.get_registered_model("flow-test-model").latest_versions
     assert {"run-summary", "evaluation", "loss-plot"} <= flow_artifact_keys(result["flow_run_id"])
+    assert training_progress(result["flow_run_id"]) == 100.0
 
     # the same command again: every step is a cache hit, and the MLflow record is the same run
     again, states = run_flow(config_path)
@@ -128,6 +129,21 @@ def flow_artifact_keys(flow_run_id) -> set[str]:
         return {a.key for a in found}
 
     return asyncio.run(read())
+
+
+def training_progress(flow_run_id) -> float | None:
+    """The train step's progress artifact, as the Prefect API holds it."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType, FlowRunFilter, FlowRunFilterId
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"])),
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+
+    found = asyncio.run(read())
+    return found[0].data if len(found) == 1 else None
 
 
 def _weights(folder: Path) -> dict:
