@@ -4,8 +4,7 @@ A record costs the command ~1 ms of CPU on its way to the API (the run context, 
 Prefect's log worker), where the console costs ~0.5 ms; and each batch Prefect's log worker posts (every 2 s while
 records come) costs the server ~8 ms. Training on a CPU pays about twice for CPU taken beside it, and the child
 prints a line per logging step (several a second on a small model). So the API gets one record with the lines
-of each `API_INTERVAL_S` (5 s, as often as the MLflow metrics are sent); the console
-gets each line at once. Measured in a 1000-step demo run: command 0.75% -> 0.45% of a core while the loop runs,
+of each `API_INTERVAL_S` (5 s, as often as the MLflow metrics are sent); the console gets each line at once. Measured in a 1000-step demo run: command 0.75% -> 0.45% of a core while the loop runs,
 server 0.8% -> 0.6%.
 """
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -11,17 +10,14 @@ from typing import Any
 
 from transformers import EarlyStoppingCallback, TrainerCallback
 
-from tuneline.train.trainer_log import FLOW_SENDS_METRICS, LOG_FILE, METRICS_SPOOL_DIR, log_record, truncate_log
-
-
-def _numeric(logs: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for key, value in logs.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if math.isfinite(value):
-            out[key] = float(value)
-    return out
+from tuneline.train.trainer_log import (
+    FLOW_SENDS_METRICS,
+    LOG_FILE,
+    METRICS_SPOOL_DIR,
+    finite_numbers,
+    log_record,
+    truncate_log,
+)
 
 
 class TrainerLogCallback(TrainerCallback):
@@ -47,7 +43,7 @@ class TrainerLogCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        record = log_record(self.progress(state), _numeric(logs))
+        record = log_record(self.progress(state), finite_numbers(logs))
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
@@ -90,7 +86,7 @@ class MlflowMetricsCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.logger is not None and logs:
-            metrics = _numeric(logs)
+            metrics = finite_numbers(logs)
             if metrics:
                 self.logger.log(metrics, step=state.global_step)
 

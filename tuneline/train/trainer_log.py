@@ -24,6 +24,12 @@ _RENAMED = {"learning_rate": "lr"}  # LLaMA-Factory's name in the log
 _ORIGINAL = {short: name for name, short in _RENAMED.items()}
 
 
+def finite_numbers(values: dict[str, Any]) -> dict[str, float]:
+    """The entries that are finite numbers (not bools), as floats: what a log line and MLflow take."""
+    return {key: float(value) for key, value in values.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+
+
 def log_record(progress: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
     """The line for one log event: the progress fields, then the metrics (renamed as LLaMA-Factory's log)."""
     return {**progress, **{_RENAMED.get(key, key): value for key, value in metrics.items()}}
@@ -32,8 +38,7 @@ def log_record(progress: dict[str, Any], metrics: dict[str, float]) -> dict[str,
 def logged_metrics(entry: dict[str, Any]) -> dict[str, float]:
     """The metrics of one line, under the names the trainer logged them with (`epoch` from the progress when the
     trainer logged none)."""
-    return {_ORIGINAL.get(key, key): float(value) for key, value in entry.items()
-            if key not in PROGRESS_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return finite_numbers({_ORIGINAL.get(key, key): value for key, value in entry.items() if key not in PROGRESS_KEYS})
 
 
 def truncate_log(path: Path, last_step: int) -> None:
@@ -51,9 +56,7 @@ def truncate_log(path: Path, last_step: int) -> None:
                 kept.append(line)
         except ValueError:
             continue  # a line cut short by a kill
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(f"{line}\n" for line in kept))
-    os.replace(tmp, path)
+    _replace(path, kept)
 
 
 def rebuild_log(path: Path, log_history: list[dict[str, Any]]) -> None:
@@ -68,11 +71,15 @@ def rebuild_log(path: Path, log_history: list[dict[str, Any]]) -> None:
     lines = []
     for logged in log_history:
         step = logged.get("step")
-        metrics = {key: float(value) for key, value in logged.items() if key != "step"
-                   and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+        metrics = finite_numbers({key: value for key, value in logged.items() if key != "step"})
         if isinstance(step, int) and metrics:
-            lines.append(json.dumps(log_record({"current_steps": step}, metrics)) + "\n")
+            lines.append(json.dumps(log_record({"current_steps": step}, metrics)))
+    _replace(path, lines)
+
+
+def _replace(path: Path, lines: list[str]) -> None:
+    """The file holds `lines` as a whole (a new file renamed over it): a reader never sees half of it."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(lines))
+    tmp.write_text("".join(f"{line}\n" for line in lines))
     os.replace(tmp, path)
 
