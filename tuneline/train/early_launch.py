@@ -31,6 +31,7 @@ START_ENV = frozenset({"TUNELINE_TRAIN_KEY", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_U
                        "TORCHINDUCTOR_CACHE_DIR"})
 ENTRY = ["-m", "tuneline.train"]
 POLL_S = 0.02
+FOLDER_PREFIX = "tuneline-start-"
 
 
 class EarlyLaunch:
@@ -38,7 +39,8 @@ class EarlyLaunch:
 
     def __init__(self, launcher: list[str], stage: str, env: dict[str, str] | None = None):
         self.launcher, self.env = list(launcher), process_env(env)
-        self.folder = Path(tempfile.mkdtemp(prefix="tuneline-start-"))
+        remove_abandoned_folders(Path(tempfile.gettempdir()))
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
         self.start_file = self.folder / "start.json"
         self.process = start_process([*self.launcher, *ENTRY, "--wait-for-start", str(self.start_file),
                                       "--stage", stage], self.env)
@@ -68,6 +70,28 @@ class EarlyLaunch:
         if self.process.stdout and not self.process.stdout.closed:
             self.process.stdout.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def remove_abandoned_folders(parent: Path) -> None:
+    """Remove the start folders of commands that are gone: one killed (SIGKILL, a lost machine) never ran `close`.
+
+    A folder is named after the process that made it; one whose process still runs, or may (another user's,
+    which we may not signal), stays.
+    """
+    for folder in parent.glob(f"{FOLDER_PREFIX}*-*"):
+        pid = folder.name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # not ours to signal: it exists
+        return True
+    return True
 
 
 def wait_for_start(start_file: str | Path, stage: str) -> list[str]:

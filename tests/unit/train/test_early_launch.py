@@ -133,3 +133,27 @@ def test_a_waiting_launch_imports_what_training_needs_first_and_the_rest_only_wh
     assert seen["argv"] == ["c.yaml"]
     assert seen["sacrebleu"] is (start == "late")
     assert seen["mlflow"] is False
+
+
+def test_start_folders_of_commands_that_are_gone_are_removed(tmp_path):
+    """A command killed while it trained never removed its start folder; the next early launch does."""
+    import subprocess
+    import sys
+
+    from tuneline.train.early_launch import FOLDER_PREFIX, remove_abandoned_folders
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        folders = {name: tmp_path / f"{FOLDER_PREFIX}{name}" for name in
+                   (f"{gone.pid}-abc", f"{running.pid}-def", f"{os.getpid()}-ghi", "x1y2z3", "notapid-jkl")}
+        for folder in folders.values():
+            folder.mkdir()
+            (folder / "start.json").write_text("{}")
+        remove_abandoned_folders(tmp_path)
+        assert not folders[f"{gone.pid}-abc"].exists()
+        assert all(folder.exists() for name, folder in folders.items() if name != f"{gone.pid}-abc")
+    finally:
+        running.kill()
+        running.wait()
