@@ -151,7 +151,7 @@ def train_and_evaluate(trainer, config, spec: StageSpec, tokenizer) -> dict[str,
         trainer.save_metrics("train", result.metrics)
         metrics.update(result.metrics)
     if trainer.eval_dataset is not None and (args.do_eval or args.eval_strategy != "no" or args.do_train):
-        eval_metrics = trainer.evaluate(metric_key_prefix="eval")
+        eval_metrics = (args.do_train and evaluated_at_last_step(trainer)) or trainer.evaluate(metric_key_prefix="eval")
         if spec.perplexity and "eval_loss" in eval_metrics:
             eval_metrics["eval_perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50.0))
         trainer.log_metrics("eval", eval_metrics)
@@ -160,6 +160,21 @@ def train_and_evaluate(trainer, config, spec: StageSpec, tokenizer) -> dict[str,
     if spec.after_train is not None:
         metrics.update(spec.after_train(trainer, config, trainer.eval_dataset, tokenizer) or {})
     return metrics
+
+
+def evaluated_at_last_step(trainer) -> dict[str, Any] | None:
+    """The loop's own evaluation at its last step (`eval_steps` divides `max_steps`, or an epoch's end), when it
+    scored the weights training ends with: evaluating them again would give the same numbers, at the price of a
+    whole pass over the validation split. None with `load_best_model_at_end` (another checkpoint's weights)."""
+    if trainer.args.load_best_model_at_end:
+        return None
+    last, metrics = trainer.state.global_step, {}
+    for entry in reversed(trainer.state.log_history):
+        if entry.get("step") != last:
+            break
+        if any(key.startswith("eval_") for key in entry):
+            metrics = {**{k: v for k, v in entry.items() if k != "step"}, **metrics}
+    return metrics or None
 
 
 def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec) -> dict[str, Any]:

@@ -102,7 +102,7 @@ def test_lora_dpo_raises_reward_accuracy_with_precomputed_reference(tmp_path, ti
     log = read_log(config.output_dir)
     train_log = [e for e in log if "rewards/accuracies" in e]
     evals = [e for e in log if "eval_rewards/accuracies" in e]
-    assert [e["current_steps"] for e in evals] == [0, 24, 24]  # on start, at eval_steps, the final evaluate()
+    assert [e["current_steps"] for e in evals] == [0, 24]  # on start and at eval_steps (the final weights: not again)
     before, after = evals[0], evals[-1]
     # Before training the policy is its reference: zero rewards, no pair ranked right, loss log 2.
     assert before["eval_rewards/accuracies"] == 0.0 and abs(before["eval_rewards/margins"]) < 1e-6

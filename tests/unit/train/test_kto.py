@@ -116,7 +116,7 @@ def test_lora_kto_raises_reward_accuracy_with_precomputed_reference(tmp_path, ti
     log = read_log(config.output_dir)
     train_log = [e for e in log if "rewards/accuracies" in e]
     evals = [e for e in log if "eval_rewards/accuracies" in e]
-    assert [e["current_steps"] for e in evals] == [0, 24, 24]
+    assert [e["current_steps"] for e in evals] == [0, 24]  # the loop scored the final weights: not evaluated again
     before, after = evals[0], evals[-1]
     # Policy == reference: every reward 0, so no row has the sign its tag asks for; loss 1 - sigmoid(0).
     assert before["eval_rewards/accuracies"] == 0.0 and before["eval_kl"] == 0.0

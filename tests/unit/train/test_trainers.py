@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from train_helpers import IGNORE, make_config, make_splits
@@ -178,3 +179,32 @@ def test_neftune_noise_reaches_training_only(tiny_model_dir, tokenizer, tmp_path
             outputs[alpha] = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     assert abs(losses[5.0] - losses[None]) > 1e-4
     assert torch.allclose(outputs[5.0], outputs[None], atol=1e-4)
+
+
+@pytest.mark.parametrize(("max_steps", "passes"), [(4, 2), (5, 3)])
+def test_the_final_evaluation_reuses_the_loops_evaluation_of_the_same_weights(tiny_model_dir, tokenizer, tmp_path,
+                                                                              max_steps, passes):
+    """eval_steps 2: with 4 steps the loop scored the final weights at step 4, so no third pass runs and the
+    results are that evaluation's; with 5 steps the last one (step 4) is older, and the weights are scored again."""
+    from transformers import TrainerCallback
+
+    from tuneline.train.trainer_base import train_and_evaluate
+
+    class CountEvaluations(TrainerCallback):
+        def __init__(self):
+            self.steps: list[int] = []
+
+        def on_evaluate(self, args, state, control, **kwargs):
+            self.steps.append(state.global_step)
+
+    config = make_config(tiny_model_dir, tmp_path / "out", max_steps=max_steps, eval_strategy="steps", eval_steps=2)
+    trainer, spec = build(config, "sft", tokenizer)
+    counter = CountEvaluations()
+    trainer.add_callback(counter)
+    metrics = train_and_evaluate(trainer, config, spec, tokenizer)
+    assert counter.steps == [2, 4, 5][:passes]
+    last = [e for e in trainer.state.log_history if "eval_loss" in e][-1]
+    assert last["step"] == max_steps and metrics["eval_loss"] == last["eval_loss"]
+    assert metrics["eval_perplexity"] == pytest.approx(math.exp(last["eval_loss"]))
+    saved = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert saved["eval_loss"] == last["eval_loss"] and "eval_runtime" in saved
