@@ -36,8 +36,12 @@ def count_parameters(model) -> tuple[int, int]:
     return trainable, total
 
 
-def log_parameter_counts(model) -> None:
+def log_parameter_counts(model, is_trainable: bool) -> None:
+    """A model loaded for evaluation has no trainable set to report ("trainable params: 0" read as a fault)."""
     trainable, total = count_parameters(model)
+    if not is_trainable:
+        logger.info("all params: %s", f"{total:,}")
+        return
     logger.info("trainable params: %s || all params: %s || trainable%%: %.4f",
                 f"{trainable:,}", f"{total:,}", 100 * trainable / max(total, 1))
 
@@ -123,5 +127,5 @@ def load_model(config: RunConfig, tokenizer, is_trainable: bool = True, add_valu
     else:
         model.requires_grad_(False)
         model.eval()
-    log_parameter_counts(model)
+    log_parameter_counts(model, is_trainable)
     return model

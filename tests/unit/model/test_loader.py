@@ -164,9 +164,12 @@ def test_counts_and_log_line(make_config, tokenizer, caplog):
     assert f"trainable params: {trainable:,} || all params: {total:,} || trainable%:" in caplog.text
 
 
-def test_inference_load_freezes_everything(make_config, tokenizer):
-    model = load_model(make_config(finetuning_type="full"), tokenizer, is_trainable=False)
-    assert count_parameters(model)[0] == 0 and not model.training
+def test_inference_load_freezes_everything(make_config, tokenizer, caplog):
+    with caplog.at_level(logging.INFO, logger="tuneline"):
+        model = load_model(make_config(finetuning_type="full"), tokenizer, is_trainable=False)
+    trainable, total = count_parameters(model)
+    assert trainable == 0 and not model.training
+    assert f"all params: {total:,}" in caplog.text and "trainable params" not in caplog.text
 
 
 def test_missing_model_path_is_a_clear_error(make_config, tokenizer, tmp_path):
