@@ -7,8 +7,11 @@ fresh one is added when training). A quantized base cannot absorb merges, so it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from tuneline.config import RunConfig
@@ -39,7 +42,8 @@ def load_adapter(model, path: str, is_trainable: bool):
     from peft import PeftModel
 
     try:
-        return PeftModel.from_pretrained(model, path, is_trainable=is_trainable)
+        with _without_peft_deprecation_notice():
+            return PeftModel.from_pretrained(model, path, is_trainable=is_trainable)
     except (RuntimeError, ValueError, KeyError) as exc:
         trained_on = _adapter_base_name(path)
         detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
@@ -49,6 +53,15 @@ def load_adapter(model, path: str, is_trainable: bool):
             + f": {detail}. Load it on the model it was trained on ('model_name_or_path'), or drop it from "
             "'adapter_name_or_path'"
         ) from None
+
+
+@contextlib.contextmanager
+def _without_peft_deprecation_notice() -> Iterator[None]:
+    """peft 0.21 reads transformers 5's deprecated `is_gradient_checkpointing` when it wraps a model: the
+    FutureWarning (a traceback-like pair of lines in every LoRA run's log) is for peft's authors, not our users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def _adapter_base_name(path: str) -> str | None:
@@ -146,4 +159,5 @@ def add_lora(model, config: RunConfig, add_valuehead: bool):
                 if peft_config.init_lora_weights is not True else "")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(config.training.get("seed", 42)))
-        return get_peft_model(model, peft_config)
+        with _without_peft_deprecation_notice():
+            return get_peft_model(model, peft_config)

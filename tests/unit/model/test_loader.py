@@ -113,6 +113,21 @@ def test_adapters_merge_all_but_the_last_when_training(make_config, tokenizer, b
     assert _lora_modules(fresh) == LINEAR
 
 
+def test_peft_reading_a_deprecated_property_leaves_no_notice_in_the_log(make_config, tokenizer, tiny_model_dir,
+                                                                       tmp_path):
+    """peft 0.21 asks transformers 5 `is_gradient_checkpointing` when it wraps a model; only that notice goes."""
+    import warnings
+
+    adapter = make_adapter(tiny_model_dir, tmp_path / "a1", seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_model(make_config(lora_rank=4), tokenizer)
+        load_model(make_config(adapter_name_or_path=str(adapter)), tokenizer, is_trainable=False)
+        warnings.warn("`is_gradient_checkpointing` elsewhere", FutureWarning, stacklevel=1)
+    notices = [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)]
+    assert notices == ["`is_gradient_checkpointing` elsewhere"]
+
+
 def test_adapters_argument_overrides_the_config(make_config, tokenizer, batch, tiny_model_dir, tmp_path):
     adapter = make_adapter(tiny_model_dir, tmp_path / "a1", seed=1)
     config = make_config(adapter_name_or_path=str(adapter))
