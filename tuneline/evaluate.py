@@ -32,6 +32,8 @@ MODEL_FILE_NAMES = ("config.json", "adapter_config.json", "generation_config.jso
                     "model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
+EVAL_METRICS, EVAL_PREDICTIONS = "metrics.json", "predictions.jsonl"  # in each evaluation's cache folder
+
 # What PPO's evaluation also reads: the reward model scores answers sampled with the generating config.
 PPO_EVAL_KEYS = ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty")
 
@@ -88,9 +90,9 @@ def evaluate_model(config, dataset_ref: dict[str, Any], adapter_dir: str | None,
         from tuneline.evaluation.run import run_evaluation
 
         result = run_evaluation(config, dataset_ref, adapter_dir)
-        _write_json(folder / "metrics.json", result["metrics"])
+        _write_json(folder / EVAL_METRICS, result["metrics"])
         if result.get("predictions"):
-            _write_jsonl(folder / "predictions.jsonl", result["predictions"])
+            _write_jsonl(folder / EVAL_PREDICTIONS, result["predictions"])
         return {"metrics": result["metrics"], "num_samples": result["num_samples"],
                 "num_generated": len(result.get("predictions") or []), "model_key": model_key,
                 "adapter_dir": str(adapter_dir) if adapter_dir else None}

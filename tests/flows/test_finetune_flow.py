@@ -87,7 +87,13 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert run.data.metrics["final_eval_loss"] < run.data.metrics["base_eval_loss"]
     assert run.data.metrics["data_train_rows"] == 256 and run.data.metrics["data_tokens"] > 0
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"model", "plots", "README.md", "tuneline_config.yaml", "trainer_log.jsonl"} <= artifacts
+    assert {"model", "plots", "README.md", "tuneline_config.yaml", "trainer_log.jsonl", "evaluation"} <= artifacts
+    for name, prefix in (("base", "base_"), ("tuned", "final_")):  # each evaluation's answers and metrics
+        folder = Path(client.download_artifacts(run.info.run_id, f"evaluation/{name}", str(root / "downloaded")))
+        answers = [json.loads(line) for line in (folder / "generated_predictions.jsonl").read_text().splitlines()]
+        assert len(answers) == 16 and all(set(row) == {"prompt", "predict", "label"} for row in answers)
+        scores = json.loads((folder / "metrics.json").read_text())
+        assert scores["eval_loss"] == pytest.approx(run.data.metrics[f"{prefix}eval_loss"])
     assert (root / "out" / "README.md").is_file() and (root / "out" / "training_loss.png").is_file()
     assert client.get_registered_model("flow-test-model").latest_versions
     assert {"run-summary", "evaluation", "loss-plot"} <= flow_artifact_keys(result["flow_run_id"])

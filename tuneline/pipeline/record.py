@@ -14,7 +14,9 @@ from pathlib import Path
 
 from tuneline import tracking
 from tuneline.config import RunConfig
+from tuneline.evaluate import EVAL_METRICS, EVAL_PREDICTIONS
 from tuneline.pipeline import keys
+from tuneline.train.predict import PREDICTIONS_FILE
 
 PACKAGES = ("tuneline", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "mlflow")
 REGISTERED_TAG = "tuneline.registered_version"
@@ -84,7 +86,7 @@ def final_model_files(output_dir: Path, into: Path) -> Path:
 
 def record_training(run: dict, config: RunConfig, trained: dict) -> None:
     uri, run_id, output_dir = run["tracking_uri"], run["run_id"], Path(trained["output_dir"])
-    for name in ("tuneline_config.yaml", "trainer_log.jsonl", "generated_predictions.jsonl"):
+    for name in ("tuneline_config.yaml", "trainer_log.jsonl", PREDICTIONS_FILE):
         if (output_dir / name).is_file():
             tracking.log_artifacts(run_id, output_dir / name, tracking_uri=uri)
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,6 +118,22 @@ def record_model_card(run: dict, path: str) -> None:
     tracking.log_artifacts(run["run_id"], path, tracking_uri=run["tracking_uri"])
 
 
+def record_evaluations(run: dict, evaluations: dict[str, dict]) -> None:
+    """Each evaluation's metrics and generated answers under `evaluation/<name>/` in the run, the answers as
+    LLaMA-Factory writes them (generated_predictions.jsonl: prompt, predict, label per line), so runs' answers
+    can be read side by side in MLflow. The evaluate step keeps them in its cache folder, shared by every run on
+    the same base model; one whose folder was deleted has nothing to upload."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, ref in evaluations.items():
+            source, folder = Path(ref.get("path") or ""), Path(tmp) / name
+            for stored, logged in ((EVAL_METRICS, EVAL_METRICS), (EVAL_PREDICTIONS, PREDICTIONS_FILE)):
+                if ref.get("path") and (source / stored).is_file():
+                    folder.mkdir(exist_ok=True)
+                    shutil.copyfile(source / stored, folder / logged)
+            if folder.is_dir():
+                tracking.log_artifacts(run["run_id"], folder, f"evaluation/{name}", tracking_uri=run["tracking_uri"])
+
+
 def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: dict, dataset_fp: str) -> str | None:
     """Before/after metrics once per run, then the registered model version (if configured); finish the run."""
     uri, run_id = run["tracking_uri"], run["run_id"]
@@ -123,7 +141,8 @@ def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: di
     summary = {f"base_{k}": v for k, v in base_eval.get("metrics", {}).items()}
     summary.update({f"final_{k}": v for k, v in tuned_eval.get("metrics", {}).items()})
     fresh = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and k not in logged}
-    if fresh:
+    if fresh:  # the answers first: a run that has the metrics has them (a cached rerun uploads nothing)
+        record_evaluations(run, {"base": base_eval, "tuned": tuned_eval})
         tracking.log_metrics(run_id, fresh, tracking_uri=uri)
     version = tracking.get_run_tags(uri, run_id).get(REGISTERED_TAG)
     if config.pipeline.mlflow_registered_model and version is None:  # a cached rerun registers nothing new
