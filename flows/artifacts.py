@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from tuneline.config import RunConfig
+from tuneline.pipeline.record import run_link
 
 
 def _fmt(value) -> str:
@@ -26,7 +27,7 @@ def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval
             for k in sorted(set(base) | set(tuned))]
     create_table_artifact(rows, key="evaluation", description="evaluation before vs after training")
     table = "\n".join(f"| {r['metric']} | {r['base']} | {r['tuned']} |" for r in rows)
-    link = f"[{run['run_id']}]({run['url']})" if run.get("url") else run["run_id"]
+    link = run_link(run) or run["run_id"]
     summary = (
         f"# {config.run_name}\n\n| | |\n|---|---|\n| stage | {config.stage} |\n"
         f"| finetuning | {config.finetuning.finetuning_type} |\n| model | {config.model.model_name_or_path} |\n"

@@ -2,13 +2,13 @@ from prefect import task
 
 from tasks.caching import content_key
 from tuneline.config import RunConfig
-from tuneline.fingerprint import fingerprint
+from tuneline.pipeline import keys
 from tuneline.pipeline.record import record_model_card, record_plots
 from tuneline.pipeline.steps import make_model_card, make_plots
 
 
 @task(name="plot", persist_result=True, task_run_name="plot {config.finetuning.stage}",
-      cache_key_fn=content_key(lambda config, trained, run: fingerprint("plot", trained["train_key"])))
+      cache_key_fn=content_key(lambda config, trained, run: keys.plot_key(trained["train_key"])))
 def plot(config: RunConfig, trained: dict, run: dict) -> list[str]:
     """Loss and metric curves from trainer_log.jsonl, as PNGs in output_dir and MLflow."""
     paths = make_plots(config, trained)
@@ -17,8 +17,8 @@ def plot(config: RunConfig, trained: dict, run: dict) -> list[str]:
 
 
 def _card_key(config, trained, base_eval, tuned_eval, plots, dataset, run) -> str:
-    return fingerprint("model-card", trained["train_key"], base_eval["fingerprint"], tuned_eval["fingerprint"],
-                       run.get("run_id"))
+    return keys.model_card_key(config, trained["train_key"], base_eval["fingerprint"], tuned_eval["fingerprint"],
+                               run.get("run_id"))
 
 
 @task(name="model-card", persist_result=True, cache_key_fn=content_key(_card_key),

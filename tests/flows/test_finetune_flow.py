@@ -96,7 +96,10 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
         assert scores["eval_loss"] == pytest.approx(run.data.metrics[f"{prefix}eval_loss"])
     assert (root / "out" / "README.md").is_file() and (root / "out" / "training_loss.png").is_file()
     assert client.get_registered_model("flow-test-model").latest_versions
-    assert {"run-summary", "evaluation", "loss-plot"} <= flow_artifact_keys(result["flow_run_id"])
+    artifacts = flow_artifacts(result["flow_run_id"])
+    assert {"run-summary", "evaluation", "loss-plot"} <= set(artifacts)
+    link = f"[{run.info.run_id}](http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})"
+    assert link in artifacts["run-summary"] and link in (root / "out" / "README.md").read_text()
     assert training_progress(result["flow_run_id"]) == 100.0
 
     # the same command again: every step is a cache hit, and the MLflow record is the same run
@@ -125,14 +128,15 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert log[0]["current_steps"] <= 2, "a forced rerun trains from the start, it does not resume"
 
 
-def flow_artifact_keys(flow_run_id) -> set[str]:
+def flow_artifacts(flow_run_id) -> dict[str, object]:
+    """{key: data} of a flow run's Prefect artifacts."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     async def read():
         async with get_client() as client:
             found = await client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-        return {a.key for a in found}
+        return {a.key: a.data for a in found}
 
     return asyncio.run(read())
 

@@ -95,7 +95,7 @@ def write_card(tmp_path: Path, **overrides) -> tuple[dict, str]:
         base_metrics={"eval_loss": 2.0, "exact_match": 0.0, "perplexity": 7.389},
         tuned_metrics={"eval_loss": 1.5, "exact_match": 0.75, "perplexity": 4.4817, "bleu4": 0.5},
         dataset_fingerprints={"demo_sft": "abc123", "validation": "def456"}, plots=plots,
-        mlflow_run_url="http://127.0.0.1:5000/#/experiments/1/runs/r1", framework_versions={"transformers": "5.0"})
+        mlflow_run="[r1](http://127.0.0.1:5000/#/experiments/1/runs/r1)", framework_versions={"transformers": "5.0"})
     assert Path(path) == out / "README.md"
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
     return split_card(Path(path).read_text(encoding="utf-8"))
@@ -122,7 +122,7 @@ def test_model_card_body(tmp_path):
     assert "hf_secret" not in body and "hub_secret" not in body and "| hub_token | *** |" in body
     assert "| eval_max_new_tokens | 8 |" in body  # a key with 'token' in its name is not a secret
     assert "| `demo_sft` | abc123 |" in body
-    assert "(http://127.0.0.1:5000/#/experiments/1/runs/r1)" in body
+    assert "MLflow run: [r1](http://127.0.0.1:5000/#/experiments/1/runs/r1)" in body
     assert "- transformers 5.0" in body
     assert "PeftModel.from_pretrained(base, " in body
 
@@ -131,7 +131,7 @@ def test_model_card_for_full_finetuning_and_no_mlflow(tmp_path):
     out = tmp_path / "full"
     path = write_model_card(card_config(tmp_path, finetuning_type="full"), out, base_metrics={},
                             tuned_metrics={"eval_loss": 1.0}, dataset_fingerprints={}, plots=[],
-                            mlflow_run_url=None)
+                            mlflow_run=None)
     meta, body = split_card(Path(path).read_text(encoding="utf-8"))
     assert meta["library_name"] == "transformers" and "full" in meta["tags"]
     assert "not tracked in MLflow" in body and "PeftModel" not in body
@@ -143,3 +143,21 @@ def test_framework_versions_lists_installed_packages():
     versions = framework_versions()
     assert {"python", "torch", "transformers", "peft"} <= set(versions)
     assert all(isinstance(v, str) and v for v in versions.values())
+
+
+def test_the_model_cards_key_follows_what_the_card_shows(tmp_path, monkeypatch):
+    """Its title and settings (a changed run_name keeps the training's key), its evaluations and run link, and the
+    code that writes it: a cached card is never one an older tuneline wrote."""
+    from tuneline.pipeline import keys
+
+    config = card_config(tmp_path)
+    key = keys.model_card_key(config, "train", "base", "tuned", "run")
+    assert key == keys.model_card_key(card_config(tmp_path), "train", "base", "tuned", "run")
+    assert key != keys.model_card_key(card_config(tmp_path, run_name="renamed"), "train", "base", "tuned", "run")
+    assert key != keys.model_card_key(config, "train", "base", "tuned-again", "run")
+    assert key != keys.model_card_key(config, "train", "base", "tuned", "another-run")
+    plot = keys.plot_key("train")
+    keys.code_version.cache_clear()
+    monkeypatch.setattr(keys, "__version__", "edited")  # what an edit of the report code does to code_version
+    assert keys.model_card_key(config, "train", "base", "tuned", "run") != key and keys.plot_key("train") != plot
+    keys.code_version.cache_clear()

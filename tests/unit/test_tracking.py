@@ -377,7 +377,18 @@ def test_artifacts_and_model_registration(uri, tmp_path):
     assert "AutoPeftModelForCausalLM" in readme
 
 
-def test_run_url_for_sqlite_names_the_ui_command(uri):
+def test_a_local_stores_link_is_a_url_and_its_ui_command_comes_with_it(uri):
+    """A SQLite store's run links to where `mlflow ui` serves it; the command to start that UI is given apart, so
+    the model card's and Prefect summary's Markdown link has a real URL for its target."""
+    from tuneline.pipeline.record import run_link
+
     run_id = tracking.open_run(uri, "e", "k", "r", {})
+    experiment_id = client(uri).get_run(run_id).info.experiment_id
     url = tracking.run_url(uri, run_id)
-    assert run_id in url and f"mlflow ui --backend-store-uri {uri}" in url
+    assert url == f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id}"
+    command = tracking.ui_command(uri)
+    assert command == f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1"
+    assert run_link({"run_id": run_id, "url": url, "ui_command": command}) == (
+        f"[{run_id}]({url}) (a local store: serve its UI with `{command}`)")
+    assert tracking.ui_command("http://127.0.0.1:5000") is None
+    assert run_link({"run_id": run_id, "url": None, "ui_command": None}) is None

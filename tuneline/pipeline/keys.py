@@ -72,6 +72,16 @@ def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
                        reward_model_fingerprint(config, memo_dir(config)), code_version("train", "model", "losses.py"))
 
 
+def plot_key(train_key: str) -> str:
+    return fingerprint("plot", train_key, code_version("report"))
+
+
+def model_card_key(config: RunConfig, train_key: str, base_eval_fp: str, tuned_eval_fp: str, run_id: str | None) -> str:
+    """The card shows the settings (all of them, the run name too), both evaluations and the MLflow run's link."""
+    return fingerprint("model-card", train_key, base_eval_fp, tuned_eval_fp, run_id, config.masked(),
+                       code_version("report", "pipeline/steps.py", "pipeline/record.py"))
+
+
 def run_key(config: RunConfig, dataset_fp: str) -> str:
     """Names one piece of work in MLflow: every restart of the same work lands in the same run."""
     return fingerprint("run", training_slice(config), dataset_fp, base_model_key(config))

@@ -72,7 +72,17 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
     if flow_run_id:
         tracking.tag_flow_run(run_id, flow_run_id, flow_run_url, tracking_uri=uri)
     tracking.log_params(run_id, config.masked(), tracking_uri=uri)
-    return {"run_id": run_id, "tracking_uri": uri, "run_key": run_key, "url": tracking.run_url(uri, run_id)}
+    return {"run_id": run_id, "tracking_uri": uri, "run_key": run_key, "url": tracking.run_url(uri, run_id),
+            "ui_command": tracking.ui_command(uri)}
+
+
+def run_link(run: dict) -> str | None:
+    """Markdown for the run's page in the MLflow UI (model card, Prefect summary); a local store's link works once
+    its UI is served, so the command comes with it."""
+    if not run.get("url"):
+        return None
+    link = f"[{run['run_id']}]({run['url']})"
+    return f"{link} (a local store: serve its UI with `{run['ui_command']}`)" if run.get("ui_command") else link
 
 
 def final_model_files(output_dir: Path, into: Path) -> Path:

@@ -26,7 +26,13 @@ from tuneline.tracking.runs import (
     tag_flow_run,
 )
 from tuneline.tracking.step_logger import StepMetricLogger, flush_spool
-from tuneline.tracking.store import check_tracking_available, open_stores, resolve_tracking_uri, run_url
+from tuneline.tracking.store import (
+    check_tracking_available,
+    open_stores,
+    resolve_tracking_uri,
+    run_url,
+    ui_command,
+)
 
 __all__ = [
     "BackgroundStepLogger",
@@ -53,4 +59,5 @@ __all__ = [
     "resolve_tracking_uri",
     "run_url",
     "tag_flow_run",
+    "ui_command",
 ]

@@ -37,6 +37,9 @@ def resolve_tracking_uri(uri: str | None) -> str:
     return uri
 
 
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a `sqlite:///` URI, else None."""
     if not uri.startswith("sqlite:///"):
@@ -165,18 +168,22 @@ def open_stores(uri: str) -> None:
 
 
 def run_url(uri: str, run_id: str) -> str | None:
-    """A UI link for a server; for a local store, how to open the UI on it."""
+    """The run's page in the MLflow UI: on the tracking server, or for a local store where `ui_command` serves it."""
     uri = resolve_tracking_uri(uri)
+    if is_http(uri):
+        ui = uri.rstrip("/")
+    elif ui_command(uri):
+        ui = LOCAL_UI
+    else:
+        return None
     try:
         experiment_id = client_for(uri).get_run(run_id).info.experiment_id
     except Exception:  # a link is a nicety: never fail a step for it
         experiment_id = None
-    fragment = f"#/experiments/{experiment_id}/runs/{run_id}" if experiment_id else ""
-    if is_http(uri):
-        return f"{uri.rstrip('/')}/{fragment}"
-    if sqlite_path(uri) is not None:
-        return (
-            f"run {run_id} in {uri}; view it with `mlflow ui --backend-store-uri {uri}` then "
-            f"http://127.0.0.1:5000/{fragment}"
-        )
-    return None
+    return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}" if experiment_id else f"{ui}/"
+
+
+def ui_command(uri: str) -> str | None:
+    """For a store without a server (SQLite), the command that serves its UI at LOCAL_UI; None for a server."""
+    uri = resolve_tracking_uri(uri)
+    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1" if sqlite_path(uri) is not None else None
