@@ -135,12 +135,14 @@ def record_evaluations(run: dict, evaluations: dict[str, dict]) -> None:
     the same base model; one whose folder was deleted has nothing to upload."""
     with tempfile.TemporaryDirectory() as tmp:
         for name, ref in evaluations.items():
-            source, folder = Path(ref.get("path") or ""), Path(tmp) / name
+            if not ref.get("path"):
+                continue
+            source, folder = Path(ref["path"]), Path(tmp) / name
+            folder.mkdir()
             for stored, logged in ((EVAL_METRICS, EVAL_METRICS), (EVAL_PREDICTIONS, PREDICTIONS_FILE)):
-                if ref.get("path") and (source / stored).is_file():
-                    folder.mkdir(exist_ok=True)
+                if (source / stored).is_file():
                     shutil.copyfile(source / stored, folder / logged)
-            if folder.is_dir():
+            if any(folder.iterdir()):
                 tracking.log_artifacts(run["run_id"], folder, f"evaluation/{name}", tracking_uri=run["tracking_uri"])
 
 
