@@ -15,14 +15,16 @@ Each run's extra time splits into a fixed part (wall time outside the training l
 logged step to its end) and a per-step part: what the flow's own processes (the command, which also sends the step
 metrics to MLflow, and Prefect's server) and the child's background threads take from training, measured as their
 share of this machine's CPU while the loop runs (the loop times themselves vary too much run to run to show a 1%
-difference), from the first trainer_log.jsonl entry to the loop's end. The running server idles through every round,
-bare runs included (~1% of this machine: its task scheduler polls four times a second), so each kind's share counts
-it and the bare runs' share is subtracted: what remains is what the flow adds. A share of the CPU costs the loop
-more than itself, as the training's threads wait for each other at every step: one more bare run, twice as long,
-measures by how much, with a busy loop of known share switched on and off every 50 steps (the two halves drift
-alike), and the per-step part is the flow's share times that factor. From the fixed and per-step parts, the extra
-time is projected for runs of 3 and 5 minutes, and the run length where it falls under 3%. Then the fully cached
-re-run is timed, both ways. Figures are printed, never asserted.
+difference), from the first trainer_log.jsonl entry to the loop's end, split by the threads' nice value: while
+training runs, the flow lowers its watching threads and its temporary server to nice 15
+(`tuneline.pipeline.give_way`). The running server idles through every round, bare runs included (~1% of this
+machine: its task scheduler polls four times a second), so each kind's share counts it and the bare runs' share is
+subtracted: what remains is what the flow adds. A share of the CPU at the training's priority costs the loop more
+than itself, as the training's threads wait for each other at every step; at nice 15 it runs when a core would
+idle. One more bare run, three times as long, measures both, with a busy loop of known share switched on at each
+priority and off in turn every 50 steps (the phases drift alike), and the per-step part is each share times its
+factor. From the fixed and per-step parts, the extra time is projected for runs of 3 and 5 minutes, and the run
+length where it falls under 3%. Then the fully cached re-run is timed, both ways. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -44,6 +47,7 @@ from pathlib import Path
 import yaml
 
 from tuneline.pipeline.follow_log import TrainerLogReader
+from tuneline.pipeline.give_way import WATCHER_NICE
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -61,18 +65,18 @@ def loop_ended(entry: dict) -> bool:
     return "train_loss" in entry or (entry.get("percentage") or 0) >= 100
 
 
-def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int]) -> tuple[float, float]:
-    """Wall time of cmd, and the share of this machine's CPU that every process but the training child (the command's
-    own, its temporary server, the pids in `also`) and the child's background threads (those that used under a
-    fifth of a core, where training's own use whole ones) used while the child's training loop ran: from its
-    first trainer_log.jsonl entry to the loop's end (what comes after, such as the plot step's imports while the
-    child evaluates its model, is part of the fixed cost)."""
+def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int]) -> tuple[float, dict[int, float]]:
+    """Wall time of cmd, and the share of this machine's CPU, by nice value, that every process but the training
+    child (the command's own, its temporary server, the pids in `also`) and the child's background threads (those
+    that used under a fifth of a core, where training's own use whole ones) used while the child's training loop
+    ran: from its first trainer_log.jsonl entry to the loop's end (what comes after, such as the plot step's
+    imports while the child evaluates its model, is part of the fixed cost)."""
     import psutil
 
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = TrainerLogReader(output_dir / "trainer_log.jsonl")
-    samples, ended = [], False  # (time, training?, {pid: cpu seconds of the others}, {child's thread: cpu seconds})
+    samples, ended = [], False  # (time, training?, {(pid, thread): (cpu seconds, nice)}, {child's thread: ...})
     while proc.poll() is None:
         others, threads, training = {}, {}, False
         with contextlib.suppress(psutil.Error):
@@ -84,10 +88,9 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
                     if "-m tuneline.train" in line and "accelerate" not in line:
                         ended = ended or any(loop_ended(entry) for entry in log.new_entries())
                         training = log.offset > 0 and not ended
-                        threads = {thread.id: thread.user_time + thread.system_time for thread in process.threads()}
+                        threads = _thread_times(process)
                     else:
-                        times = process.cpu_times()
-                        others[process.pid] = times.user + times.system
+                        others.update(_thread_times(process))
         samples.append((time.perf_counter(), training, others, threads))
         time.sleep(0.5)
     wall = time.perf_counter() - start
@@ -95,56 +98,93 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
         raise subprocess.CalledProcessError(proc.returncode, cmd)
     during = [s for s in samples if s[1]]
     if len(during) < 3:
-        return wall, float("nan")
+        return wall, {0: float("nan")}
     (t0, _, first, first_threads), (t1, _, last, last_threads) = during[0], during[-1]
-    used = sum(cpu - first[pid] for pid, cpu in last.items() if pid in first)
-    thread_use = {thread: cpu - first_threads.get(thread, 0.0) for thread, cpu in last_threads.items()}
-    used += sum(cpu for cpu in thread_use.values() if cpu / (t1 - t0) < 0.2)
-    return wall, used / ((t1 - t0) * (os.cpu_count() or 1))
+    used: dict[int, float] = {}
+    for thread, (cpu, nice) in last.items():
+        used[nice] = used.get(nice, 0.0) + cpu - first.get(thread, (0.0, nice))[0]
+    for thread, (cpu, nice) in last_threads.items():
+        thread_use = cpu - first_threads.get(thread, (0.0, nice))[0]
+        if thread_use / (t1 - t0) < 0.2:
+            used[nice] = used.get(nice, 0.0) + thread_use
+    return wall, {nice: cpu / ((t1 - t0) * (os.cpu_count() or 1)) for nice, cpu in used.items()}
 
 
-def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: float = 0.05) -> float:
-    """How much a load taking `share` of this machine's CPU slows the training loop, as a multiple of `share`.
+def _thread_times(process) -> dict[tuple[int, int], tuple[float, int]]:
+    """{(pid, thread id): (cpu seconds, nice value)} for each thread of a psutil process (Linux keeps a nice value
+    per thread)."""
+    times = {}
+    for thread in process.threads():
+        times[process.pid, thread.id] = (thread.user_time + thread.system_time, _thread_nice(process.pid, thread.id))
+    return times
+
+
+def _thread_nice(pid: int, tid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[16])  # the fields after the name: state is 0, nice is 16
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: float = 0.05) -> dict[int, float]:
+    """How much a load taking `share` of this machine's CPU slows the training loop, as a multiple of `share`, for
+    a load at the training's priority (nice 0) and one at the flow's watchers' (WATCHER_NICE).
 
     The training's threads wait for each other at every step, so CPU taken from one of them can cost the loop
-    more than its share of the machine (1.2-3.0x on 2 cores, depending on the day). Measured on a bare run with a
-    busy loop of known share here, switched on and off every 50 steps so that this machine's drift falls on both
-    halves alike: the median step time with the load over the one without it, less one, divided by the share. A
-    half's first logging interval is left out: the switch is seen from trainer_log.jsonl, a little late.
+    more than its share of the machine (1.2-3.0x on 2 cores, depending on the day); a load at nice 15 runs when a
+    core would idle. Measured on a bare run with a busy loop of known share here, in a thread at each priority in
+    turn, switched on and off every 50 steps (off, nice 0, nice 15, ...) so that this machine's drift falls on
+    every phase alike: the median step time with a load over the one without it, less one, divided by the share
+    the load got. A phase's first logging interval is left out: the switch is seen from trainer_log.jsonl, a
+    little late.
     """
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log, step, busy, loaded = TrainerLogReader(output_dir / "trainer_log.jsonl"), 0, 0.0, 0.0
-    tick = 0.25  # four bursts a second, as a server's pollers wake
+    log, step, tick = TrainerLogReader(output_dir / "trainer_log.jsonl"), 0, 0.25  # four bursts a second
+    busy = {0: 0.0, WATCHER_NICE: 0.0}
+    loaded = dict.fromkeys(busy, 0.0)
+    phases = [None, 0, WATCHER_NICE]
 
-    def loaded_half() -> bool:
+    def phase() -> int | None:
         nonlocal step
         step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
-        return bool((step // 50) % 2)
+        return phases[(step // 50) % len(phases)]
 
-    while proc.poll() is None:
-        began = time.perf_counter()
-        if loaded_half():
-            cpu = time.process_time()
-            while time.process_time() - cpu < share * (os.cpu_count() or 1) * tick and loaded_half():
-                pass
-            busy += time.process_time() - cpu
-            loaded += tick
-        time.sleep(max(0.0, tick - (time.perf_counter() - began)))
-    if proc.returncode:
+    def load(nice: int) -> None:  # as a server's pollers wake: a burst each tick while its phase lasts
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)  # this thread's own (Linux)
+        while proc.poll() is None:
+            began = time.perf_counter()
+            if phase() == nice:
+                cpu = time.thread_time()
+                while time.thread_time() - cpu < share * (os.cpu_count() or 1) * tick and phase() == nice:
+                    pass
+                busy[nice] += time.thread_time() - cpu
+                loaded[nice] += tick
+            time.sleep(max(0.0, tick - (time.perf_counter() - began)))
+
+    workers = [threading.Thread(target=load, args=(nice,), daemon=True) for nice in busy]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if proc.wait():
         raise subprocess.CalledProcessError(proc.returncode, cmd)
     entries = [e for e in map(json.loads, (output_dir / "trainer_log.jsonl").read_text().splitlines()) if "loss" in e]
-    steps = {True: [], False: []}
+    steps: dict[int | None, list[float]] = {p: [] for p in phases}
     for before, after in zip(entries, entries[1:], strict=False):
         first, last = before["current_steps"], after["current_steps"] - 1
-        if first // 50 == last // 50 and first % 50 >= 10:  # within one half, after its switch-over
+        if first // 50 == last // 50 and first % 50 >= 10:  # within one phase, after its switch-over
             per_step = (after["elapsed_time"] - before["elapsed_time"]) / (last + 1 - first)
-            steps[bool((first // 50) % 2)].append(per_step)
-    measured_share = busy / max(loaded, 1e-9) / (os.cpu_count() or 1)
-    slower = statistics.median(steps[True]) / statistics.median(steps[False]) - 1
-    print(f"a busy loop taking {100 * measured_share:.1f}% of this machine's CPU made training steps "
-          f"{100 * slower:+.1f}% slower (medians of {len(steps[True])} and {len(steps[False])} step intervals): "
-          f"{slower / measured_share:.2f}x its share", flush=True)
-    return slower / measured_share
+            steps[phases[(first // 50) % len(phases)]].append(per_step)
+    factors = {}
+    for nice in busy:
+        measured_share = busy[nice] / max(loaded[nice], 1e-9) / (os.cpu_count() or 1)
+        slower = statistics.median(steps[nice]) / statistics.median(steps[None]) - 1
+        factors[nice] = slower / measured_share
+        print(f"a busy loop at nice {nice} taking {100 * measured_share:.1f}% of this machine's CPU made training "
+              f"steps {100 * slower:+.1f}% slower (medians of {len(steps[nice])} and {len(steps[None])} step "
+              f"intervals): {factors[nice]:.2f}x its share", flush=True)
+    return factors
 
 
 def steady_loop(output_dir: Path) -> float:
@@ -186,7 +226,7 @@ def main() -> None:
         if server_env:
             kinds["server"] = server_env
         runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
-        taken: dict[str, list[float]] = {kind: [] for kind in kinds}
+        taken: dict[str, list[dict[int, float]]] = {kind: [] for kind in kinds}
         for n in range(args.pairs):
             order = list(kinds)[n % len(kinds):] + list(kinds)[:n % len(kinds)]  # each kind first in turn
             for kind in order:
@@ -199,9 +239,9 @@ def main() -> None:
                 runs[kind].append((wall, steady_loop(root / f"{kind}-{n}")))
                 taken[kind].append(share)
                 print(f"round {n + 1} {kind:6s} wall {wall:6.1f} s   steady loop {runs[kind][-1][1]:6.1f} s   "
-                      f"other processes' CPU while training {100 * share:.1f}%", flush=True)
-        calibration = write("calibrate", max_steps=2 * args.steps)  # its two halves' medians: ~1% apart by chance
-        factor = loop_cost_of_cpu_share([str(BIN / "python"), "-m", "tuneline.train", str(calibration)], env,
+                      f"other processes' CPU while training {_by_nice(share)}", flush=True)
+        calibration = write("calibrate", max_steps=3 * args.steps)  # its phases' medians: ~1% apart by chance
+        factors = loop_cost_of_cpu_share([str(BIN / "python"), "-m", "tuneline.train", str(calibration)], env,
                                         root / "calibrate")
         cached_path = root / "flow-0.yaml"
         cached = {kind: [timed([str(BIN / "tuneline"), "train", str(cached_path)], kinds[kind]) for _ in range(3)]
@@ -213,30 +253,46 @@ def main() -> None:
           f"steady loop median {statistics.median(loop for _, loop in bare):.1f} s")
     for kind, label in (("flow", "flow, temporary server"), ("server", "flow, running server")):
         if kind in runs:
-            report(label, runs[kind], bare, statistics.median(taken[kind]) - statistics.median(taken["bare"]), factor)
+            report(label, runs[kind], bare, added_share(taken[kind], taken["bare"]), factors)
     for kind, times in cached.items():
         label = "temporary server" if kind == "flow" else "running server"
         print(f"fully cached re-run, {label}: median {statistics.median(times):.1f} s "
               f"({', '.join(f'{t:.1f}' for t in times)})")
 
 
-def report(label: str, flow: list[tuple[float, float]], bare: list[tuple[float, float]], taken: float,
-           factor: float) -> None:
+def added_share(flow: list[dict[int, float]], bare: list[dict[int, float]]) -> dict[int, float]:
+    """The median share of the CPU each nice value's threads took in flow runs, less that of bare runs."""
+    nices = {nice for shares in flow + bare for nice in shares}
+    return {nice: statistics.median(shares.get(nice, 0.0) for shares in flow)
+            - statistics.median(shares.get(nice, 0.0) for shares in bare) for nice in nices}
+
+
+def report(label: str, flow: list[tuple[float, float]], bare: list[tuple[float, float]], taken: dict[int, float],
+           factors: dict[int, float]) -> None:
     """Paired medians of the extra wall time and of its fixed part; the per-step part from the CPU the flow's
     own processes took while training ran (steadier here than the loop times, which vary +-10% run to run),
-    times what such a share was measured to cost the loop (`factor`, at least 1)."""
+    at each priority times what such a share was measured to cost the loop (`factors`: at least 1 at the
+    training's priority, at least 0 below it)."""
     extra = statistics.median(fw - bw for (fw, _), (bw, _) in zip(flow, bare, strict=True))
     share = statistics.median((fw - bw) / bw for (fw, _), (bw, _) in zip(flow, bare, strict=True))
     fixed = statistics.median((fw - fl) - (bw - bl) for (fw, fl), (bw, bl) in zip(flow, bare, strict=True))
     loop = statistics.median(fl / bl - 1 for (_, fl), (_, bl) in zip(flow, bare, strict=True))
     print(f"{label}: extra {extra:+.1f} s ({100 * share:+.1f}%); outside the steady loop {fixed:+.1f} s; "
-          f"loop time {100 * loop:+.1f}% (paired, noisy); the flow's processes took {100 * taken:.1f}% of the "
-          "CPU while training ran")
-    factor = max(1.0, factor)  # below 1 it is the measurement's noise
-    per_step = taken * factor
+          f"loop time {100 * loop:+.1f}% (paired, noisy); the flow's processes took "
+          f"{_by_nice(taken)} of the CPU while training ran")
+    parts = []
+    for nice, part in sorted(taken.items()):
+        lowered = nice >= WATCHER_NICE
+        factor = max(0.0 if lowered else 1.0, factors[WATCHER_NICE if lowered else 0])  # beyond: noise
+        parts.append((max(0.0, part) * factor, f"{100 * part:.2f}% x {factor:.2f}"))
+    per_step = sum(cost for cost, _ in parts)
     projected = ", ".join(f"{minutes} min: {100 * (fixed / (60 * minutes) + per_step):+.1f}%" for minutes in (3, 5))
-    print(f"  per-step part {100 * per_step:.1f}% (that share x {factor:.2f}); projected extra (fixed part + "
-          f"per-step part) for a bare run of {projected}; {_crossing(fixed, per_step)}")
+    print(f"  per-step part {100 * per_step:.1f}% ({' + '.join(text for _, text in parts)}); projected extra "
+          f"(fixed part + per-step part) for a bare run of {projected}; {_crossing(fixed, per_step)}")
+
+
+def _by_nice(shares: dict[int, float]) -> str:
+    return " and ".join(f"{100 * part:.2f}% at nice {nice}" for nice, part in sorted(shares.items()))
 
 
 def _crossing(fixed: float, per_step: float) -> str:

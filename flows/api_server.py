@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from tuneline.errors import UserError
+from tuneline.pipeline.give_way import add_watcher, remove_watcher
 from tuneline.train.launch import die_with_parent
 
 _temporary_url: str | None = None
@@ -65,6 +66,7 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
         warm_up()
         _wait_until_healthy(server, url, settings.server.ephemeral.startup_timeout_seconds)
         _temporary_url = url
+        add_watcher(server.pid)  # it only serves the run: it gives way to training for the CPU
         # It serves no UI. Nor does it get flow-run heartbeats: they let a lasting server mark a run that died as
         # crashed, which one that stops with the run never can; and each run's end waited up to 1 s on their thread.
         updates = {PREFECT_API_URL: url, PREFECT_UI_URL: "", PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
@@ -75,6 +77,8 @@ def prefect_api(warm_up: Callable[[], object] = lambda: None) -> Iterator[str | 
                 _send_pending_logs_and_events()
     finally:
         _temporary_url = None
+        if server is not None:
+            remove_watcher(server.pid)
         _stop(server)
 
 

@@ -13,8 +13,11 @@ from pathlib import Path
 from unittest import mock
 
 import httpx
+import psutil
 import pytest
 import yaml
+
+from tuneline.pipeline.give_way import WATCHER_NICE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,14 +71,21 @@ def test_cli_train_runs_on_a_temporary_server_and_stops_it(tmp_path, tiny_model_
 
 
 def test_temporary_server_dies_with_a_killed_parent(tmp_path):
-    script = ("from flows.api_server import prefect_api\nimport time\n"
-              "with prefect_api() as url:\n    print('READY', url, flush=True)\n    time.sleep(600)\n")
+    """It also gives way to a training for the CPU, as the parent's watching threads do (tuneline.pipeline.give_way)."""
+    script = ("import os, time\nfrom flows.api_server import prefect_api\n"
+              "from tuneline.pipeline.give_way import watchers_give_way\n"
+              "with prefect_api() as url, watchers_give_way() as lowered:\n"
+              "    print('READY', {pid for pid, _ in lowered} - {os.getpid()}, url, flush=True)\n"
+              "    time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=_env(tmp_path), text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     line = parent.stdout.readline()
     assert line.startswith("READY"), parent.stderr.read()[-3000:] if parent.poll() is not None else line
     port = int(line.rsplit(":", 1)[1].split("/")[0])
     assert _answers(port)
+    if sys.platform.startswith("linux"):
+        [server] = [psutil.Process(int(pid)) for pid in re.findall(r"\d+", line.split("}")[0])]
+        assert "flows.temporary_server" in server.cmdline() and server.nice() == WATCHER_NICE
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 30

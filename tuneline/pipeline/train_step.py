@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tuneline.config import RunConfig, dump_config
 from tuneline.errors import UserError
 from tuneline.pipeline.follow_log import MetricsSender, TrainerLogReader
+from tuneline.pipeline.give_way import watchers_give_way
 from tuneline.train.trainer_log import FLOW_SENDS_METRICS, LOG_FILE
 
 if TYPE_CHECKING:
@@ -135,7 +136,8 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     warm = _import_while_training()
     try:
         sender = MetricsSender(mlflow_run_id, tracking_uri, output_dir) if mlflow_run_id else None
-        run_streaming(cmd, env, forward, process)
+        with watchers_give_way():  # after the threads above started: they are watchers too
+            run_streaming(cmd, env, forward, process)
     except BaseException:
         with contextlib.suppress(Exception):  # the training's own error is the one to report
             _finish_metrics(reader, sender)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 
+import psutil
 import pytest
 from train_helpers import make_config
 
 from tuneline.pipeline import keys
+from tuneline.pipeline.give_way import WATCHER_NICE
 from tuneline.pipeline.train_step import COMPLETE_MARKER, early_launch, train_model
 from tuneline.train.early_launch import EarlyLaunch
 from tuneline.train.launch import launch_command, launcher
@@ -39,14 +43,31 @@ def test_the_train_step_takes_the_early_launch_and_the_child_evaluates_for_the_e
     config = make_config(tiny_model_dir, root / "out", **SETTINGS)
     key = keys.train_key(config, dataset["fingerprint"], keys.reference_key(config, dataset["fingerprint"]))
     lines: list[str] = []
+    priorities: list[tuple[int, ...]] = []  # while training runs: (this thread, a watching one, the training's)
+    watching, stop = threading.Thread(target=lambda: stop.wait()), threading.Event()
+    watching.start()
+
+    def on_line(line: str) -> None:
+        lines.append(line)
+        trainer = [p for p in psutil.Process(early.process.pid).children(recursive=True) if "tuneline.train" in
+                   " ".join(p.cmdline())]
+        if "started early" in line and trainer:
+            priorities.append((os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                               os.getpriority(os.PRIO_PROCESS, watching.native_id), trainer[0].nice()))
+
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     with early_launch(config) as early:
         assert early is not None, "no finished training for this key: the launch starts at once"
         cache_dir()  # what torch does here on a first run, once a step before `train` imported it
-        result = train_model(config, dataset, None, key, None, None, on_line=lines.append)
+        try:
+            result = train_model(config, dataset, None, key, None, None, on_line=on_line)
+        finally:
+            stop.set()
         assert early.process.returncode == 0 and not early.folder.exists()
     assert result["train_key"] == key and (root / "out" / COMPLETE_MARKER).is_file()
     assert any("started early" in line for line in lines), lines[-20:]
+    if sys.platform.startswith("linux"):  # a nice value per thread: the watchers give way, training keeps its own
+        assert priorities == [(0, WATCHER_NICE, 0)], priorities
     assert json.loads((root / "out" / "run.json").read_text())["train_key"] == key  # set after the imports
 
     # the evaluate step finds the training process's evaluation, and it is the one this process computes
