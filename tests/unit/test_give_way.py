@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tuneline.pipeline.give_way import WATCHER_NICE
+
 SCRIPT = """
 import json, os, subprocess, sys, threading
 from tuneline.pipeline.give_way import add_watcher, watchers_give_way
@@ -56,9 +58,40 @@ def test_watching_threads_and_watcher_processes_give_way_while_the_training_keep
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     inside, after = seen["inside"], seen["after"]
-    assert inside["helper"] == 15 and inside["server"] == [15, 15], inside
+    assert inside["helper"] == WATCHER_NICE and inside["server"] == [WATCHER_NICE] * 2, inside
     assert inside["me"] == inside["late"] == inside["training"] == 0, "the calling thread and what it starts keep theirs"
     assert inside["retry"] == 0, "a training the calling thread starts meanwhile (a retry) trains at its priority"
     assert seen["helper"] in inside["lowered"]
-    restored = 0 if seen["privileged"] else 15
+    restored = 0 if seen["privileged"] else WATCHER_NICE
     assert after["helper"] == restored and after["server"] == [restored, restored], seen
+
+
+WATCHER_SCRIPT = """
+import contextvars, json, os, signal, subprocess, sys, threading
+from tuneline.pipeline.give_way import run_as_watcher
+
+run = contextvars.ContextVar("run")
+run.set("this run")
+seen = run_as_watcher(lambda: (run.get(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())), print)
+try:
+    run_as_watcher(lambda: int("not a number"), print)
+except ValueError as error:
+    failed = str(error)
+training = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    run_as_watcher(training.wait, interrupted=training.kill)
+except KeyboardInterrupt:
+    print(json.dumps({"seen": seen, "failed": failed, "killed": training.returncode,
+                      "me": os.getpriority(os.PRIO_PROCESS, threading.get_native_id())}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux keeps a nice value per thread")
+def test_the_work_that_follows_a_training_runs_as_a_watcher_in_this_context_and_ctrl_c_ends_it():
+    done = subprocess.run([sys.executable, "-c", WATCHER_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["seen"] == ["this run", WATCHER_NICE], "the orchestrator's context, at the watchers' priority"
+    assert "not a number" in out["failed"], "the work's error reaches the caller"
+    assert out["killed"] == -9 and out["me"] == 0, "Ctrl-C while waiting ends the training; the caller keeps its own"

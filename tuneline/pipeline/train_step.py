@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tuneline.config import RunConfig, dump_config
 from tuneline.errors import UserError
 from tuneline.pipeline.follow_log import MetricsSender, TrainerLogReader
-from tuneline.pipeline.give_way import watchers_give_way
+from tuneline.pipeline.give_way import run_as_watcher, watchers_give_way
 from tuneline.train.trainer_log import FLOW_SENDS_METRICS, LOG_FILE
 
 if TYPE_CHECKING:
@@ -103,8 +103,9 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     most every follow_log.INTERVAL_S, when the new entries' metrics go to the MLflow run `mlflow_run_id` (sent
     from here, not by the child). `start_fresh` (a forced rerun, first attempt only: a retry must resume)
     trains again from step 0. A launch started early for this run (`early_launch`) is used when it matches.
+    Both are called from a thread that follows the training at a low CPU priority (tuneline.pipeline.give_way).
     """
-    from tuneline.train.launch import launch_command, run_streaming
+    from tuneline.train.launch import launch_command, run_streaming, start_process
 
     output_dir = config.output_dir
     if start_fresh:
@@ -136,8 +137,9 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     warm = _import_while_training()
     try:
         sender = MetricsSender(mlflow_run_id, tracking_uri, output_dir) if mlflow_run_id else None
+        started = process or start_process(cmd, env)  # by this thread: the training takes its priority
         with watchers_give_way():  # after the threads above started: they are watchers too
-            run_streaming(cmd, env, forward, process)
+            run_as_watcher(lambda: run_streaming(cmd, env, forward, started), interrupted=started.kill)
     except BaseException:
         with contextlib.suppress(Exception):  # the training's own error is the one to report
             _finish_metrics(reader, sender)

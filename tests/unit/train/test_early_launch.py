@@ -43,8 +43,8 @@ def test_the_train_step_takes_the_early_launch_and_the_child_evaluates_for_the_e
     config = make_config(tiny_model_dir, root / "out", **SETTINGS)
     key = keys.train_key(config, dataset["fingerprint"], keys.reference_key(config, dataset["fingerprint"]))
     lines: list[str] = []
-    priorities: list[tuple[int, ...]] = []  # while training runs: (this thread, a watching one, the training's)
-    watching, stop = threading.Thread(target=lambda: stop.wait()), threading.Event()
+    priorities: list[tuple[int, ...]] = []  # while training runs: the step's thread, on_line's, another, training's
+    watching, stop, step_thread = threading.Thread(target=lambda: stop.wait()), threading.Event(), threading.get_native_id()
     watching.start()
 
     def on_line(line: str) -> None:
@@ -52,8 +52,8 @@ def test_the_train_step_takes_the_early_launch_and_the_child_evaluates_for_the_e
         trainer = [p for p in psutil.Process(early.process.pid).children(recursive=True) if "tuneline.train" in
                    " ".join(p.cmdline())]
         if "started early" in line and trainer:
-            priorities.append((os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
-                               os.getpriority(os.PRIO_PROCESS, watching.native_id), trainer[0].nice()))
+            priorities.append(tuple(os.getpriority(os.PRIO_PROCESS, thread) for thread in
+                                    (step_thread, threading.get_native_id(), watching.native_id)) + (trainer[0].nice(),))
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     with early_launch(config) as early:
@@ -67,7 +67,7 @@ def test_the_train_step_takes_the_early_launch_and_the_child_evaluates_for_the_e
     assert result["train_key"] == key and (root / "out" / COMPLETE_MARKER).is_file()
     assert any("started early" in line for line in lines), lines[-20:]
     if sys.platform.startswith("linux"):  # a nice value per thread: the watchers give way, training keeps its own
-        assert priorities == [(0, WATCHER_NICE, 0)], priorities
+        assert priorities == [(0, WATCHER_NICE, WATCHER_NICE, 0)], priorities
     assert json.loads((root / "out" / "run.json").read_text())["train_key"] == key  # set after the imports
 
     # the evaluate step finds the training process's evaluation, and it is the one this process computes
