@@ -16,12 +16,12 @@ logged step to its end) and a per-step part: what the flow's own processes (the 
 metrics to MLflow, and Prefect's server) and the child's background threads take from training, measured as their
 share of this machine's CPU while the loop runs (the loop times themselves vary too much run to run to show a 1%
 difference), from the first trainer_log.jsonl entry to the loop's end, split by the threads' nice value: while
-training runs, the flow lowers its watching threads and its temporary server to nice 15
+training runs, the flow lowers its watching threads and its temporary server to nice 19
 (`tuneline.pipeline.give_way`). The running server idles through every round, bare runs included (~1% of this
 machine: its task scheduler polls four times a second), so each kind's share counts it and the bare runs' share is
 subtracted: what remains is what the flow adds. A share of the CPU at the training's priority costs the loop more
-than itself, as the training's threads wait for each other at every step; at nice 15 it runs when a core would
-idle. One more bare run, three times as long, measures both, with a busy loop of known share switched on at each
+than itself, as the training's threads wait for each other at every step; at nice 19 it runs mostly when a core
+would idle. One more bare run, three times as long, measures both, with a busy loop of known share switched on at each
 priority and off in turn every 50 steps (the phases drift alike), and the per-step part is each share times its
 factor. From the fixed and per-step parts, the extra time is projected for runs of 3 and 5 minutes, and the run
 length where it falls under 3%. Then the fully cached re-run is timed, both ways. Figures are printed, never asserted.
@@ -132,9 +132,9 @@ def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: f
     a load at the training's priority (nice 0) and one at the flow's watchers' (WATCHER_NICE).
 
     The training's threads wait for each other at every step, so CPU taken from one of them can cost the loop
-    more than its share of the machine (1.2-3.0x on 2 cores, depending on the day); a load at nice 15 runs when a
-    core would idle. Measured on a bare run with a busy loop of known share here, in a thread at each priority in
-    turn, switched on and off every 50 steps (off, nice 0, nice 15, ...) so that this machine's drift falls on
+    more than its share of the machine (1.2-3.0x on 2 cores, depending on the day); a load at nice 19 runs mostly
+    when a core would idle. Measured on a bare run with a busy loop of known share here, in a thread at each priority in
+    turn, switched on and off every 50 steps (off, nice 0, nice 19, ...) so that this machine's drift falls on
     every phase alike: the median step time with a load over the one without it, less one, divided by the share
     the load got. A phase's first logging interval is left out: the switch is seen from trainer_log.jsonl, a
     little late.
