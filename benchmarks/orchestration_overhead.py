@@ -115,15 +115,14 @@ def _thread_times(process) -> dict[tuple[int, int], tuple[float, int]]:
     per thread)."""
     times = {}
     for thread in process.threads():
-        times[process.pid, thread.id] = (thread.user_time + thread.system_time, _thread_nice(process.pid, thread.id))
+        times[process.pid, thread.id] = (thread.user_time + thread.system_time, _thread_nice(thread.id))
     return times
 
 
-def _thread_nice(pid: int, tid: int) -> int:
+def _thread_nice(tid: int) -> int:
     try:
-        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[16])  # the fields after the name: state is 0, nice is 16
-    except (OSError, ValueError, IndexError):
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except OSError:  # it ended meanwhile
         return 0
 
 
@@ -143,12 +142,13 @@ def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: f
     log, step, tick = TrainerLogReader(output_dir / "trainer_log.jsonl"), 0, 0.25  # four bursts a second
     busy = {0: 0.0, WATCHER_NICE: 0.0}
     loaded = dict.fromkeys(busy, 0.0)
-    phases = [None, 0, WATCHER_NICE]
+    phases, reading = [None, 0, WATCHER_NICE], threading.Lock()  # both load threads read the log
 
     def phase() -> int | None:
         nonlocal step
-        step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
-        return phases[(step // 50) % len(phases)]
+        with reading:
+            step = max([step, *(entry.get("current_steps", 0) for entry in log.new_entries())])
+            return phases[(step // 50) % len(phases)]
 
     def load(nice: int) -> None:  # as a server's pollers wake: a burst each tick while its phase lasts
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)  # this thread's own (Linux)

@@ -1,12 +1,12 @@
 """While a training runs, the threads that only watch it give way to it for the CPU.
 
-Beside a CPU training, the orchestrating process and Prefect's temporary server take ~0.9% of a 2-core machine
+Beside a CPU training, the orchestrating process and Prefect's temporary server take ~0.7% of a 2-core machine
 (the child's output and progress to the orchestrator, its step metrics to MLflow, the server's answers). At the
 training's own priority such a share cost the training loop 2.2-2.4 times itself (4 times once): its threads wait
 for each other at every step, so the one put off holds up the rest. At nice 19 a busy loop of known share cost the
 loop a median of 0.5 times its share (-0.5 to 1.7 in five measurements), at nice 15 0.8-1.3 times, at nice 10 1.6
-times (`benchmarks/orchestration_overhead.py` measures it): a thread at nice 19 runs mostly when a core would idle. Against cores kept busy by something else it still gets
-~1.5% of each, twice what the watchers need.
+times (`benchmarks/orchestration_overhead.py` measures it): a thread at nice 19 runs mostly when a core would
+idle. Against cores kept busy by something else it still gets ~1.5% of each, twice what the watchers need.
 
 Only while training runs: before, the training's imports and the orchestration's start-up (a temporary server's
 boot) are all on the way to its first step, and a server lowered from its start booted up to 3 s later.
@@ -62,8 +62,9 @@ def watchers_give_way() -> Iterator[dict[tuple[int, int], int]]:
     try:
         yield lowered
     finally:
+        alive = {pid: set(_threads(pid)) for pid, _ in lowered}
         for (pid, tid), before in lowered.items():
-            if tid in _threads(pid):  # an id that ended may be another process's thread by now: never touch it
+            if tid in alive[pid]:  # an id that ended may be another process's thread by now: never touch it
                 with contextlib.suppress(OSError):  # PermissionError: raising it back needs privilege
                     os.setpriority(os.PRIO_PROCESS, tid, before)
 
