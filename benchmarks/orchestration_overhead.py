@@ -21,10 +21,16 @@ training runs, the flow lowers its watching threads and its temporary server to 
 machine: its task scheduler polls four times a second), so each kind's share counts it and the bare runs' share is
 subtracted: what remains is what the flow adds. A share of the CPU at the training's priority costs the loop more
 than itself, as the training's threads wait for each other at every step; at nice 19 it runs mostly when a core
-would idle. One more bare run, three times as long, measures both, with a busy loop of known share switched on at each
-priority and off in turn every 50 steps (the phases drift alike), and the per-step part is each share times its
-factor. From the fixed and per-step parts, the extra time is projected for runs of 3 and 5 minutes, and the run
-length where it falls under 3%. Then the fully cached re-run is timed, both ways. Figures are printed, never asserted.
+would idle. Two more bare runs, three times as long, one before the rounds and one after (the cost varies from run to
+run), measure both, with a busy loop of known share switched on at each priority and off in turn every 50 steps,
+and the per-step part is each share times the median of their cycles' factors. From the fixed and per-step parts,
+the extra time is projected for runs of 3 and 5 minutes, and the run length where it falls under 3%. Then the
+fully cached re-run is timed, both ways. Figures are printed, never asserted.
+
+The fixed part is printed whole and in two: up to the first logged step (the command, Prefect's server and the
+launcher start beside the training's imports) and after the loop (where the flow also evaluates the tuned model
+on the validation split, plots and writes the model card, which the bare entry point does not). The runs cache
+bytecode as Python does on a user's machine, even where PYTHONDONTWRITEBYTECODE is set (it is on this one).
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -51,6 +59,16 @@ from tuneline.pipeline.give_way import WATCHER_NICE
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+class Run(NamedTuple):
+    wall: float  # the command, start to exit
+    first_step: float  # when trainer_log.jsonl got its first entry
+    loop: float  # the steady loop (`steady_loop`)
+
+    @property
+    def after_loop(self) -> float:
+        return self.wall - self.first_step - self.loop
 
 
 def timed(cmd: list[str], env: dict) -> float:
@@ -65,8 +83,10 @@ def loop_ended(entry: dict) -> bool:
     return "train_loss" in entry or (entry.get("percentage") or 0) >= 100
 
 
-def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int]) -> tuple[float, dict[int, float]]:
-    """Wall time of cmd, and the share of this machine's CPU, by nice value, that every process but the training
+def timed_watching(cmd: list[str], env: dict, output_dir: Path,
+                   also: list[int]) -> tuple[float, float, dict[int, float]]:
+    """Wall time of cmd, when its first training step was logged, and the share of this machine's CPU, by nice
+    value, that every process but the training
     child (the command's own, its temporary server, the pids in `also`) and the child's background threads (those
     that used under a fifth of a core, where training's own use whole ones) used while the child's training loop
     ran: from its first trainer_log.jsonl entry to the loop's end (what comes after, such as the plot step's
@@ -75,6 +95,7 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
 
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first_step = _first_entry_time(output_dir / "trainer_log.jsonl", proc, start)
     log = TrainerLogReader(output_dir / "trainer_log.jsonl")
     samples, ended = [], False  # (time, training?, {(pid, thread): (cpu seconds, nice)}, {child's thread: ...})
     while proc.poll() is None:
@@ -98,7 +119,7 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
         raise subprocess.CalledProcessError(proc.returncode, cmd)
     during = [s for s in samples if s[1]]
     if len(during) < 3:
-        return wall, {0: float("nan")}
+        return wall, first_step(), {0: float("nan")}
     (t0, _, first, first_threads), (t1, _, last, last_threads) = during[0], during[-1]
     used: dict[int, float] = {}
     for thread, (cpu, nice) in last.items():
@@ -107,7 +128,33 @@ def timed_watching(cmd: list[str], env: dict, output_dir: Path, also: list[int])
         thread_use = cpu - first_threads.get(thread, (0.0, nice))[0]
         if thread_use / (t1 - t0) < 0.2:
             used[nice] = used.get(nice, 0.0) + thread_use
-    return wall, {nice: cpu / ((t1 - t0) * (os.cpu_count() or 1)) for nice, cpu in used.items()}
+    return wall, first_step(), {nice: cpu / ((t1 - t0) * (os.cpu_count() or 1)) for nice, cpu in used.items()}
+
+
+def _first_entry_time(path: Path, proc: subprocess.Popen, start: float) -> Callable[[], float]:
+    """A function that returns when `path` first had an entry, in seconds from `start`, once `proc` has ended.
+
+    Looked at every 20 ms in a thread of its own: a size check, so it can be frequent without taking CPU from
+    the start-up it times, as sampling the process tree would.
+    """
+    seen = [float("nan")]
+
+    def watch() -> None:
+        while proc.poll() is None:
+            with contextlib.suppress(OSError):
+                if path.stat().st_size:
+                    seen[0] = time.perf_counter() - start
+                    return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+
+    def seconds() -> float:
+        thread.join()
+        return seen[0]
+
+    return seconds
 
 
 def _thread_times(process) -> dict[tuple[int, int], tuple[float, int]]:
@@ -126,17 +173,19 @@ def _thread_nice(tid: int) -> int:
         return 0
 
 
-def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: float = 0.05) -> dict[int, float]:
+def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path,
+                           share: float = 0.05) -> dict[int, list[float]]:
     """How much a load taking `share` of this machine's CPU slows the training loop, as a multiple of `share`, for
-    a load at the training's priority (nice 0) and one at the flow's watchers' (WATCHER_NICE).
+    a load at the training's priority (nice 0) and one at the flow's watchers' (WATCHER_NICE): one estimate per
+    cycle of phases.
 
     The training's threads wait for each other at every step, so CPU taken from one of them can cost the loop
     more than its share of the machine (1.2-3.0x on 2 cores, depending on the day); a load at nice 19 runs mostly
     when a core would idle. Measured on a bare run with a busy loop of known share here, in a thread at each priority in
-    turn, switched on and off every 50 steps (off, nice 0, nice 19, ...) so that this machine's drift falls on
-    every phase alike: the median step time with a load over the one without it, less one, divided by the share
-    the load got. A phase's first logging interval is left out: the switch is seen from trainer_log.jsonl, a
-    little late.
+    turn, switched on and off every 50 steps (off, nice 0, nice 19, ...): in each cycle, the median step time with a
+    load over that of the unloaded phases before and after it (weighted by distance, so that this machine's drift
+    cancels), less one, divided by the share the load got. A phase's first logging interval is left out: the switch
+    is seen from trainer_log.jsonl, a little late.
     """
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log, step, tick = TrainerLogReader(output_dir / "trainer_log.jsonl"), 0, 0.25  # four bursts a second
@@ -170,20 +219,29 @@ def loop_cost_of_cpu_share(cmd: list[str], env: dict, output_dir: Path, share: f
     if proc.wait():
         raise subprocess.CalledProcessError(proc.returncode, cmd)
     entries = [e for e in map(json.loads, (output_dir / "trainer_log.jsonl").read_text().splitlines()) if "loss" in e]
-    steps: dict[int | None, list[float]] = {p: [] for p in phases}
+    by_phase: dict[int, list[float]] = {}  # phase number -> its step times
     for before, after in zip(entries, entries[1:], strict=False):
         first, last = before["current_steps"], after["current_steps"] - 1
         if first // 50 == last // 50 and first % 50 >= 10:  # within one phase, after its switch-over
             per_step = (after["elapsed_time"] - before["elapsed_time"]) / (last + 1 - first)
-            steps[phases[(first // 50) % len(phases)]].append(per_step)
-    factors = {}
+            by_phase.setdefault(first // 50, []).append(per_step)
+    factors: dict[int, list[float]] = {}
     for nice in busy:
         measured_share = busy[nice] / max(loaded[nice], 1e-9) / (os.cpu_count() or 1)
-        slower = statistics.median(steps[nice]) / statistics.median(steps[None]) - 1
-        factors[nice] = slower / measured_share
+        offset, cycle_len = phases.index(nice), len(phases)
+        factors[nice] = []
+        for cycle in range(0, max(by_phase, default=0) + 1, cycle_len):
+            if not (by_phase.get(cycle) and by_phase.get(cycle + offset)):
+                continue
+            unloaded = statistics.median(by_phase[cycle])
+            if by_phase.get(cycle + cycle_len):  # the unloaded phases on both sides, weighted by distance
+                after = statistics.median(by_phase[cycle + cycle_len])
+                unloaded = (unloaded * (cycle_len - offset) + after * offset) / cycle_len
+            factors[nice].append((statistics.median(by_phase[cycle + offset]) / unloaded - 1) / measured_share)
         print(f"a busy loop at nice {nice} taking {100 * measured_share:.1f}% of this machine's CPU made training "
-              f"steps {100 * slower:+.1f}% slower (medians of {len(steps[nice])} and {len(steps[None])} step "
-              f"intervals): {factors[nice]:.2f}x its share", flush=True)
+              f"steps {100 * measured_share * statistics.median(factors[nice]):+.1f}% slower than the unloaded "
+              f"phases beside it (median of {len(factors[nice])} cycles): {statistics.median(factors[nice]):.2f}x "
+              "its share", flush=True)
     return factors
 
 
@@ -207,6 +265,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="tuneline-bench-"))
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(root / "prefect")}
     env.pop("PREFECT_API_URL", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a user's machine, Python caches what it compiled once
     model = root / "tiny"
     subprocess.run([BIN / "tuneline", "tiny-model", str(model), "--preset", "demo"], check=True, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -225,8 +284,11 @@ def main() -> None:
     with _prefect_server(env, enabled=not args.no_server) as (server_env, server_pid):
         if server_env:
             kinds["server"] = server_env
-        runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
+        runs: dict[str, list[Run]] = {kind: [] for kind in kinds}
         taken: dict[str, list[dict[int, float]]] = {kind: [] for kind in kinds}
+        calibrate = [str(BIN / "python"), "-m", "tuneline.train"]
+        factors = loop_cost_of_cpu_share([*calibrate, str(write("calibrate-0", max_steps=3 * args.steps))], env,
+                                        root / "calibrate-0")
         for n in range(args.pairs):
             order = list(kinds)[n % len(kinds):] + list(kinds)[:n % len(kinds)]  # each kind first in turn
             for kind in order:
@@ -235,22 +297,27 @@ def main() -> None:
                 cmd = ([str(BIN / "python"), "-m", "tuneline.train", str(path)] if kind == "bare"
                        else [str(BIN / "tuneline"), "train", str(path)])
                 also = [server_pid] if server_pid else []  # it idles through every run: bare runs pay it too
-                wall, share = timed_watching(cmd, kind_env, root / f"{kind}-{n}", also)
-                runs[kind].append((wall, steady_loop(root / f"{kind}-{n}")))
+                wall, first_step, share = timed_watching(cmd, kind_env, root / f"{kind}-{n}", also)
+                runs[kind].append(Run(wall, first_step, steady_loop(root / f"{kind}-{n}")))
                 taken[kind].append(share)
-                print(f"round {n + 1} {kind:6s} wall {wall:6.1f} s   steady loop {runs[kind][-1][1]:6.1f} s   "
-                      f"other processes' CPU while training {_by_nice(share)}", flush=True)
-        calibration = write("calibrate", max_steps=3 * args.steps)  # its phases' medians: ~1% apart by chance
-        factors = loop_cost_of_cpu_share([str(BIN / "python"), "-m", "tuneline.train", str(calibration)], env,
-                                        root / "calibrate")
+                print(f"round {n + 1} {kind:6s} wall {wall:6.1f} s   first logged step at {first_step:4.1f} s   "
+                      f"steady loop {runs[kind][-1].loop:6.1f} s   other processes' CPU while training "
+                      f"{_by_nice(share)}", flush=True)
+        # a second calibration, after the rounds: the factors vary from one run to the next
+        later = loop_cost_of_cpu_share([*calibrate, str(write("calibrate-1", max_steps=3 * args.steps))], env,
+                                      root / "calibrate-1")
+        factors = {nice: statistics.median(factors[nice] + later[nice]) for nice in factors}
         cached_path = root / "flow-0.yaml"
         cached = {kind: [timed([str(BIN / "tuneline"), "train", str(cached_path)], kinds[kind]) for _ in range(3)]
                   for kind in kinds if kind != "bare"}
 
     print(f"\nfirst run on fresh stores (1 step): {t_first:.1f} s   (paid once)")
     bare = runs["bare"]
-    print(f"bare entry point, {args.steps} steps: wall median {statistics.median(w for w, _ in bare):.1f} s, "
-          f"steady loop median {statistics.median(loop for _, loop in bare):.1f} s")
+    print(f"bare entry point, {args.steps} steps: wall median {statistics.median(r.wall for r in bare):.1f} s, "
+          f"first logged step at {statistics.median(r.first_step for r in bare):.1f} s, steady loop median "
+          f"{statistics.median(r.loop for r in bare):.1f} s")
+    print(f"cost of a CPU share while training (median over both calibrations' cycles): "
+          f"{', '.join(f'{factor:.2f}x at nice {nice}' for nice, factor in factors.items())}")
     for kind, label in (("flow", "flow, temporary server"), ("server", "flow, running server")):
         if kind in runs:
             report(label, runs[kind], bare, added_share(taken[kind], taken["bare"]), factors)
@@ -267,19 +334,22 @@ def added_share(flow: list[dict[int, float]], bare: list[dict[int, float]]) -> d
             - statistics.median(shares.get(nice, 0.0) for shares in bare) for nice in nices}
 
 
-def report(label: str, flow: list[tuple[float, float]], bare: list[tuple[float, float]], taken: dict[int, float],
-           factors: dict[int, float]) -> None:
-    """Paired medians of the extra wall time and of its fixed part; the per-step part from the CPU the flow's
-    own processes took while training ran (steadier here than the loop times, which vary +-10% run to run),
-    at each priority times what such a share was measured to cost the loop (`factors`: at least 1 at the
-    training's priority, at least 0 below it)."""
-    extra = statistics.median(fw - bw for (fw, _), (bw, _) in zip(flow, bare, strict=True))
-    share = statistics.median((fw - bw) / bw for (fw, _), (bw, _) in zip(flow, bare, strict=True))
-    fixed = statistics.median((fw - fl) - (bw - bl) for (fw, fl), (bw, bl) in zip(flow, bare, strict=True))
-    loop = statistics.median(fl / bl - 1 for (_, fl), (_, bl) in zip(flow, bare, strict=True))
-    print(f"{label}: extra {extra:+.1f} s ({100 * share:+.1f}%); outside the steady loop {fixed:+.1f} s; "
-          f"loop time {100 * loop:+.1f}% (paired, noisy); the flow's processes took "
-          f"{_by_nice(taken)} of the CPU while training ran")
+def report(label: str, flow: list[Run], bare: list[Run], taken: dict[int, float], factors: dict[int, float]) -> None:
+    """Paired medians of the extra wall time and of its fixed part (before the first logged step, and after the
+    steady loop: the flow also evaluates the tuned model, plots and writes the card there); the per-step part from
+    the CPU the flow's own processes took while training ran (steadier here than the loop times, which vary
+    +-10% run to run), at each priority times what such a share was measured to cost the loop (`factors`: at
+    least 1 at the training's priority, at least 0 below it)."""
+    pairs = list(zip(flow, bare, strict=True))
+    extra = statistics.median(f.wall - b.wall for f, b in pairs)
+    share = statistics.median((f.wall - b.wall) / b.wall for f, b in pairs)
+    fixed = statistics.median((f.wall - f.loop) - (b.wall - b.loop) for f, b in pairs)
+    start = statistics.median(f.first_step - b.first_step for f, b in pairs)
+    end = statistics.median(f.after_loop - b.after_loop for f, b in pairs)
+    loop = statistics.median(f.loop / b.loop - 1 for f, b in pairs)
+    print(f"{label}: extra {extra:+.1f} s ({100 * share:+.1f}%); outside the steady loop {fixed:+.1f} s (to the "
+          f"first logged step {start:+.1f} s, after the loop {end:+.1f} s); loop time {100 * loop:+.1f}% (paired, "
+          f"noisy); the flow's processes took {_by_nice(taken)} of the CPU while training ran")
     parts = []
     for nice, part in sorted(taken.items()):
         lowered = nice >= WATCHER_NICE
