@@ -262,6 +262,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="rounds of bare / flow / flow-on-a-server runs")
     parser.add_argument("--no-server", action="store_true", help="skip the runs against `prefect server start`")
     args = parser.parse_args()
+    if args.steps < 100:  # the calibration runs 3 x steps in phases of 50: at least two cycles of three
+        parser.error(f"--steps {args.steps}: use 100 or more (1500 for the figures the README quotes)")
     root = Path(tempfile.mkdtemp(prefix="tuneline-bench-"))
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(root / "prefect")}
     env.pop("PREFECT_API_URL", None)
