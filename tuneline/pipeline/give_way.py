@@ -2,9 +2,9 @@
 
 Beside a CPU training, the orchestrating process and Prefect's temporary server take ~0.7% of a 2-core machine
 (the child's output and progress to the orchestrator, its step metrics to MLflow, the server's answers). At the
-training's own priority such a share cost the training loop 2.2-2.4 times itself (4 times once): its threads wait
+training's own priority such a share cost the training loop 2.1-3.3 times itself (4 times once): its threads wait
 for each other at every step, so the one put off holds up the rest. At nice 19 a busy loop of known share cost the
-loop a median of 0.5 times its share (-0.5 to 1.7 in five measurements), at nice 15 0.8-1.3 times, at nice 10 1.6
+loop a median of ~0.4 times its share (-0.5 to 1.7 in eight measurements), at nice 15 0.8-1.3 times, at nice 10 1.6
 times (`benchmarks/orchestration_overhead.py` measures it): a thread at nice 19 runs mostly when a core would
 idle. Against cores kept busy by something else it still gets ~1.5% of each, twice what the watchers need.
 
