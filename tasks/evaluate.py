@@ -10,7 +10,7 @@ def _model_key(config: RunConfig, trained: dict | None) -> str:
 
 
 def _eval_key(config: RunConfig, dataset: dict, trained: dict | None = None) -> str:
-    from tuneline.evaluate import eval_fingerprint
+    from tuneline.evaluation import eval_fingerprint
 
     return eval_fingerprint(config, _model_key(config, trained), dataset["fingerprint"])
 
@@ -19,7 +19,7 @@ def _eval_key(config: RunConfig, dataset: dict, trained: dict | None = None) -> 
       task_run_name="evaluate {config.model.model_name_or_path}")
 def evaluate(config: RunConfig, dataset: dict, trained: dict | None = None) -> dict:
     """Score the base model (trained=None, shared by every run on that base) or the tuned one."""
-    from tuneline.evaluate import evaluate_model
+    from tuneline.evaluation import evaluate_model
 
     adapter_dir = trained["output_dir"] if trained else None
     return evaluate_model(config, dataset, adapter_dir, _model_key(config, trained))

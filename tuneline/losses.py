@@ -8,6 +8,8 @@ parts worth logging (ORPO's `sft_loss` and `odds_ratio_loss`). The definitions m
 - ipo, orpo and simpo expect length-normalised (mean per token) log-probs; see `LENGTH_NORMALISED`.
 - orpo and simpo use no reference model; their rewards are `beta * logps` of the policy.
 - kto scores single completions against a KL baseline estimated from mismatched prompt/completion pairs.
+
+The log-probs themselves come from `tuneline.logps`, the model-side half of the same maths.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from tuneline.losses import REFERENCE_FREE
 from tuneline.step_cache import cached_step
 
 STEP = "build-reference-model"
-_CODE_FILES = ("reference.py", "train/logps.py")
+_CODE_FILES = ("reference.py", "logps.py")
 # Files at the top of a model or adapter folder that decide its outputs (checkpoint-*/ folders are ignored).
 _MODEL_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".model", ".gguf")
 # Token columns each stage's reference reads, and the float columns it adds.
@@ -186,14 +186,14 @@ def split_logps(model, context, dataset, stage: str, tokenizer, batch_size: int)
 
 
 def _dpo_logps(model, batch, pad: int) -> dict[str, Any]:
-    from tuneline.train.logps import pair_logps
+    from tuneline.logps import pair_logps
 
     chosen, rejected, _, _ = pair_logps(model, batch, pad)
     return {"ref_chosen_logps": chosen, "ref_rejected_logps": rejected}
 
 
 def _kto_logps(model, batch, pad: int) -> dict[str, Any]:
-    from tuneline.train.logps import completion_logps
+    from tuneline.logps import completion_logps
 
     logps, _ = completion_logps(model, batch)
     kl_logps, _ = completion_logps(model, batch, "kl_")

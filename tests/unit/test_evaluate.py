@@ -14,8 +14,7 @@ import pytest
 
 from tuneline.config import load_config
 from tuneline.errors import UserError
-from tuneline.evaluate import eval_fingerprint, evaluate_model, model_content_key
-from tuneline.evaluation import scoring
+from tuneline.evaluation import eval_fingerprint, evaluate_model, model_content_key, scoring
 from tuneline.evaluation.generation import last_labelled_span, split_prompt_answer, text_metrics
 from tuneline.evaluation.scoring import IGNORE_INDEX, label_scores, loss_metrics, pairwise_metrics
 from tuneline.step_cache import cached_step
@@ -188,7 +187,7 @@ def test_text_metrics_by_hand():
 
 
 def test_rouge_is_rouge_scores_on_the_same_words():
-    """Our ROUGE-1/2/L (computed here: rouge_score's import costs ~1.4 s) against rouge_score's F1 scores."""
+    """Our ROUGE-1/2/L (computed here: rouge_score's import pulls in nltk and scipy) against rouge_score's F1 scores."""
     import random
 
     from rouge_score import rouge_scorer

@@ -72,6 +72,13 @@ class RunConfig:
     def experiment_name(self) -> str:
         return self.pipeline.mlflow_experiment or f"{self.stage}-{self.model_short_name}"
 
+    # --- derived settings
+    @property
+    def effective_packing(self) -> bool:
+        """LLaMA-Factory's default: pt packs (concatenated blocks), other stages do not; `neat_packing` packs."""
+        packing = True if self.data.neat_packing else self.data.packing
+        return self.stage == "pt" if packing is None else bool(packing) and self.stage in ("pt", "sft")
+
 
 def split_names(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.config.run_config import RunConfig
-from tuneline.data.cache_key import describe_changes, effective_packing, fingerprint_inputs, seed_of
+from tuneline.data.cache_key import describe_changes, fingerprint_inputs, seed_of
 from tuneline.data.loader import bad_row_error, handle_bad_rows, load_examples, mix
 from tuneline.data.processors import CHECK_COLUMNS, Encoder
 from tuneline.data.readers import BadRow
@@ -66,7 +66,7 @@ def _encode(config: RunConfig, dataset, tokenizer, template) -> tuple[Any, list[
     """The encoded dataset without the rows tokenization showed to be unusable, and those rows."""
     data = config.data
     encoder = Encoder(tokenizer, template, config.stage, data.cutoff_len, data.train_on_prompt, data.mask_history,
-                      effective_packing(config))
+                      config.effective_packing)
     workers = data.preprocessing_num_workers if (data.preprocessing_num_workers or 1) > 1 else None
     encoded = dataset.map(encoder, batched=True, batch_size=data.preprocessing_batch_size, num_proc=workers,
                           remove_columns=dataset.column_names, load_from_cache_file=False,

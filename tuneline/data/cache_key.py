@@ -23,12 +23,6 @@ OPTION_KEYS = (
 )
 
 
-def effective_packing(config: RunConfig) -> bool:
-    """LLaMA-Factory's default: pt packs (concatenated blocks), other stages do not; `neat_packing` packs."""
-    packing = True if config.data.neat_packing else config.data.packing
-    return config.stage == "pt" if packing is None else bool(packing) and config.stage in ("pt", "sft")
-
-
 def seed_of(config: RunConfig) -> int:
     training = config.training
     return int(training.get("data_seed") or training.get("seed") or 42)
@@ -56,7 +50,7 @@ def fingerprint_inputs(config: RunConfig) -> dict[str, Any]:
             datasets[f"{role}:{attr.name}"] = {"entry": attr.entry, **_source_key(attr, data.dataset_dir, hasher)}
     hasher.save()
     options = {key: getattr(data, key) for key in OPTION_KEYS}
-    options.update(packing=effective_packing(config), seed=seed_of(config))
+    options.update(packing=config.effective_packing, seed=seed_of(config))
     return {"version": PROCESSING_VERSION, "stage": config.stage, "tokenizer": tokenizer, "options": options,
             "datasets": datasets, "dataset_order": [list(config.dataset_names), list(config.eval_dataset_names)]}
 

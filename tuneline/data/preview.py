@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tuneline.config.run_config import RunConfig
-from tuneline.data.cache_key import effective_packing
 
 IGNORE = -100
 OPEN, CLOSE = "[[", "]]"
@@ -66,7 +65,7 @@ def preview(config: RunConfig, n: int = 2) -> str:
         return "\n".join(header + ["(no usable rows)"])
     batch = {key: [ex[key] for ex in examples] for key in examples[0]}
     encoder = Encoder(tokenizer, template, config.stage, data.cutoff_len, data.train_on_prompt, data.mask_history,
-                      effective_packing(config))
+                      config.effective_packing)
     encoded = encoder(batch)
     rows = [{k: v[i] for k, v in encoded.items()} for i in range(len(next(iter(encoded.values()))))]
     lines = header

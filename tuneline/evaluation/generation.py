@@ -127,8 +127,8 @@ def import_text_metrics():
 def text_metrics(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """exact_match (after strip), mean ROUGE-1/2/L F1 and mean sentence BLEU-4, all in [0, 1].
 
-    ROUGE is computed here rather than with rouge_score, whose import pulls in nltk and scipy (~1.4 s per
-    evaluating process here) for two short formulas; a test checks both give the same scores.
+    ROUGE is computed here rather than with rouge_score, whose import pulls in nltk and scipy for two short
+    formulas; a test checks both give the same scores.
     """
     sacrebleu = import_text_metrics()
     if not predictions:

@@ -11,6 +11,8 @@ import bisect
 import math
 from collections.abc import Iterator, Sequence
 
+from tuneline.rewards import sequence_scores
+
 IGNORE_INDEX = -100
 # exp() of a loss above this overflows a float; such a model has no meaningful perplexity anyway.
 _MAX_LOG_PERPLEXITY = 700.0
@@ -86,7 +88,10 @@ def pairwise_metrics(chosen: Sequence[float], rejected: Sequence[float]) -> dict
 
 
 def sequence_rewards(model, input_ids: Sequence[Sequence[int]], pad_id: int, batch_size: int) -> list[float]:
-    """One reward per row from a sequence scorer (the reward model rm trains): its output at the last real token."""
+    """One reward per row from a sequence scorer (the reward model rm trains), over right-padded batches.
+
+    The read-out is `tuneline.rewards.sequence_scores`, the one rm trains and PPO scores with.
+    """
     import torch
 
     device = next(model.parameters()).device
@@ -96,10 +101,7 @@ def sequence_rewards(model, input_ids: Sequence[Sequence[int]], pad_id: int, bat
             rows = input_ids[start:end]
             ids = pad_rows(rows, pad_id).to(device)
             mask = pad_rows([[1] * len(r) for r in rows], 0).to(device)
-            logits = model(input_ids=ids, attention_mask=mask).logits.float()
-            if logits.dim() == 3:  # a per-token value head: read it at each row's last real token
-                logits = logits[torch.arange(len(rows), device=device), mask.sum(-1) - 1]
-            rewards += logits.reshape(len(rows), -1)[:, 0].tolist()
+            rewards += sequence_scores(model, ids, mask).float().tolist()
     return rewards
 
 

@@ -65,9 +65,7 @@ def attention_kwargs(config: RunConfig, is_trainable: bool = False) -> dict:
 
 def trains_packed_sft_on_cpu(config: RunConfig) -> bool:
     """Packed sft on CPU, where sdpa's dense block-diagonal mask is slow (measured on CPU only, so GPUs keep it)."""
-    from tuneline.data.cache_key import effective_packing
-
-    return config.stage == "sft" and effective_packing(config) and trains_on_cpu(config)
+    return config.stage == "sft" and config.effective_packing and trains_on_cpu(config)
 
 
 def trains_on_cpu(config: RunConfig) -> bool:

@@ -67,9 +67,12 @@ def training_slice(config: RunConfig) -> dict:
     return {k: v for k, v in flat.items() if k not in NOT_CONTENT | EVAL_ONLY}
 
 
+TRAIN_CODE = ("train", "model", "losses.py", "logps.py", "rewards.py")  # what the training child runs
+
+
 def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
     return fingerprint("train", training_slice(config), dataset_fp, reference_fp, base_model_key(config),
-                       reward_model_fingerprint(config, memo_dir(config)), code_version("train", "model", "losses.py"))
+                       reward_model_fingerprint(config, memo_dir(config)), code_version(*TRAIN_CODE))
 
 
 def plot_key(train_key: str) -> str:

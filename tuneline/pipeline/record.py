@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tuneline import tracking
 from tuneline.config import RunConfig
-from tuneline.evaluate import EVAL_METRICS, EVAL_PREDICTIONS
+from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS
 from tuneline.pipeline import keys
 from tuneline.train.predict import PREDICTIONS_FILE
 

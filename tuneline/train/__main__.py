@@ -128,7 +128,7 @@ def evaluate_trained(config, dataset_ref_file: str) -> None:
 
     import torch
 
-    from tuneline.evaluate import evaluate_model
+    from tuneline.evaluation import evaluate_model
 
     gc.collect()  # the trainer is done with: never two models in memory at once
     if torch.cuda.is_available():

@@ -16,8 +16,8 @@ from collections import defaultdict
 from contextlib import nullcontext
 from typing import Any
 
+from tuneline.logps import pair_logps
 from tuneline.losses import LENGTH_NORMALISED, REFERENCE_FREE, pairwise_loss
-from tuneline.train.logps import pair_logps
 from tuneline.train.trainer_base import TunelineTrainer
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")

@@ -10,9 +10,9 @@ come precomputed (`ref_logps`, `ref_kl_logps`) or from a live reference, exactly
 
 from __future__ import annotations
 
+from tuneline.logps import completion_logps
 from tuneline.losses import kto_loss
 from tuneline.train.dpo import PreferenceTrainer, reward_metrics, run_preference
-from tuneline.train.logps import completion_logps
 
 REF_COLUMNS = ("ref_logps", "ref_kl_logps")
 

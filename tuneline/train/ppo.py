@@ -10,7 +10,9 @@ with the generating config (`max_new_tokens`, `top_k`, `top_p`, `temperature`), 
 model, take the policy's, the reference's and the value head's per-token numbers, turn score and KL penalty
 into per-token rewards, estimate advantages with GAE, then `ppo_epochs` passes of clipped policy and value
 losses over mini-batches of `per_device_train_batch_size * gradient_accumulation_steps` (accumulated in
-micro-batches). The arithmetic lives in `ppo_core` (pure functions), the models in `ppo_models`.
+micro-batches). The arithmetic lives in `ppo_core` (pure functions), the value head and reference in
+`ppo_models`, and what the evaluation shares (the reward model, its scores, the seeded sampling) in
+`tuneline.rewards`.
 With several processes (GPUs, or `num_processes`) it is data parallel: each process samples its share of the
 prompts, the score normalisation, whitening and KL statistics are taken over all processes' answers, and
 gradients are averaged by DistributedDataParallel (no DeepSpeed or FSDP). Checkpoints are complete or absent
@@ -29,8 +31,9 @@ from typing import Any
 import torch
 
 from tuneline.errors import UserError
+from tuneline.rewards import load_reward_model, sample_answers, sampled_reward, sequence_scores
 from tuneline.train import ppo_core
-from tuneline.train.ppo_models import VALUE_HEAD_FILE, load_reference, load_reward_model, load_value_head
+from tuneline.train.ppo_models import VALUE_HEAD_FILE, load_reference, load_value_head
 
 
 @dataclass
@@ -65,23 +68,6 @@ def forward_tokens(model, ids, attention_mask, temperature: float, head=None):
     logps = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     values = head(out.hidden_states[-1][:, :-1]) if head is not None else None
     return logps, values
-
-
-def right_aligned(prompt_ids, prompt_mask, answers, answer_mask, pad_id: int):
-    """Drop the prompts' left padding: rows of real prompt tokens then the answer, padded on the right."""
-    rows, marks = [], []
-    for ids, keep, answer, amask in zip(prompt_ids, prompt_mask, answers, answer_mask, strict=True):
-        prompt = ids[keep.bool()]
-        answer = answer[: int(amask.sum())]
-        rows.append(torch.cat((prompt, answer)))
-        marks.append(torch.cat((torch.zeros_like(prompt), torch.ones_like(answer))))
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=rows[0].dtype)
-    attention = torch.zeros_like(ids)
-    action = torch.zeros(len(rows), width)
-    for i, (row, mark) in enumerate(zip(rows, marks, strict=True)):
-        ids[i, : len(row)], attention[i, : len(row)], action[i, : len(row)] = row, 1, mark.float()
-    return ids, attention, action[:, 1:]
 
 
 class Processes:
@@ -159,8 +145,6 @@ class PPOLoop:
 
     @torch.no_grad()
     def rollout(self, batch) -> Rollout:
-        from tuneline.train.rm import sequence_scores
-
         ids, attention, mask = self.generate(batch)
         scores = sequence_scores(self.reward_model, ids, attention).float()
         roll = Rollout(ids, attention, mask, scores)
@@ -231,44 +215,6 @@ class PPOLoop:
         return sampled_reward(self.policy, self.reward_model, self.tokenizer, dataset, collator, self.gen,
                               seed=self.args.seed, batch_size=self.args.per_device_eval_batch_size,
                               limit=self.config.pipeline.eval_max_samples)
-
-
-@torch.no_grad()
-def sample_answers(policy, tokenizer, batch, gen):
-    """Answers sampled with the generating config, right-aligned after their prompts: (ids, attention, mask)."""
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    policy.eval()
-    out = policy.generate(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=gen.do_sample,
-        temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k, max_new_tokens=gen.max_new_tokens,
-        repetition_penalty=gen.repetition_penalty, pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id)
-    answers = out[:, batch["input_ids"].size(1):]
-    answer_mask = ppo_core.response_mask(answers, tokenizer.eos_token_id)
-    answer_mask[:, 0] = 1  # at least one token, even if it is eos
-    return right_aligned(batch["input_ids"], batch["attention_mask"], answers, answer_mask, pad_id)
-
-
-@torch.no_grad()
-def sampled_reward(policy, reward_model, tokenizer, dataset, collator, gen, seed: int, batch_size: int,
-                   limit: int) -> float:
-    """Mean reward-model score of answers sampled for the first `limit` prompts: PPO's evaluation metric.
-
-    Sampling starts from `seed` every time, so the policy before and after training (in the trainer and in the
-    flow's `evaluate` step) is measured on the same prompts with the same noise: a paired comparison.
-    """
-    from tuneline.train.rm import sequence_scores
-
-    device = next(policy.parameters()).device
-    rows = [dataset[i] for i in range(min(limit, len(dataset)))]
-    scores = []
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        for start in range(0, len(rows), batch_size):
-            batch = collator(rows[start:start + batch_size])
-            batch = {k: v.to(device) for k, v in batch.items() if hasattr(v, "to")}
-            ids, attention, _ = sample_answers(policy, tokenizer, batch, gen)
-            scores.append(sequence_scores(reward_model, ids, attention).float())
-    return torch.cat(scores).mean().item()
 
 
 def prompt_batches(dataset, collator, batch_size: int, seed: int, skip: int = 0, rank: int = 0, world: int = 1):

@@ -1,7 +1,8 @@
 """PPO's arithmetic as pure functions of tensors: per-token rewards with the KL penalty, GAE, the clipped policy
 and value losses, and the adaptive KL coefficient. No model and no trainer state, so each is tested alone.
 
-Shapes: [batch, response_length] with `mask` 1 on real response tokens (up to and including eos), 0 after.
+Shapes: [batch, response_length] with `mask` 1 on real response tokens (up to and including eos), 0 after
+(`tuneline.rewards.response_mask`, shared with the evaluation's sampling).
 """
 
 from __future__ import annotations
@@ -94,14 +95,6 @@ def value_loss(values, old_values, returns, mask, clip: float = 0.2):
 
     clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     return 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (clipped - returns) ** 2), mask)
-
-
-def response_mask(response_ids, eos_token_id: int):
-    """1 on response tokens up to and including the first eos, 0 after it."""
-
-    is_eos = (response_ids == eos_token_id).long()
-    after_eos = (is_eos.cumsum(-1) - is_eos) > 0
-    return (~after_eos).float()
 
 
 def finite(value: float) -> float:

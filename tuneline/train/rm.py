@@ -1,5 +1,6 @@
 """Reward modelling: a one-output scorer trained on pairs with -logsigmoid(r_chosen - r_rejected), the score
-read at each sequence's last non-padding token; evaluation reports pairwise accuracy.
+read at each sequence's last non-padding token (`tuneline.rewards.sequence_scores`, the read-out PPO and the
+evaluation use too); evaluation reports pairwise accuracy.
 
 Run: `python -m tuneline.train examples/rm_lora.yaml`.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuneline.rewards import sequence_scores
 from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
 
 
@@ -22,18 +24,6 @@ def _pad_to(tensor, width: int, value: int):
     import torch.nn.functional as F
 
     return F.pad(tensor, (0, width - tensor.shape[1]), value=value)
-
-
-def sequence_scores(model, input_ids, attention_mask):
-    """One score per row: a sequence classifier's pooled output, or a per-token value at the last real token."""
-    import torch
-
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    if logits.dim() == 3:  # per-token values [batch, length, 1]
-        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
-        last = (positions * attention_mask).argmax(-1)
-        logits = logits[torch.arange(len(last), device=last.device), last]
-    return logits.reshape(len(input_ids), -1)[:, 0]
 
 
 def pair_scores(model, inputs):

@@ -10,7 +10,6 @@ import torch
 from model_test_helpers import logits
 
 from tuneline.data import build_collator
-from tuneline.data.cache_key import effective_packing
 from tuneline.model import load_model
 from tuneline.model.packed_attention import PACKED_SDPA, block_diagonal_segments, register_packed_sdpa
 from tuneline.model.precision import attention_kwargs
@@ -113,7 +112,7 @@ def test_packed_sft_training_on_cpu_loads_sdpa_packed(make_config, tokenizer, mo
         "attn_implementation": "eager"}
     assert attention_kwargs(make_config(packing=True, stage="pt"), True) == {"attn_implementation": "sdpa"}
     neat = make_config(neat_packing=True)  # as in LLaMA-Factory, neat_packing alone turns packing on
-    assert effective_packing(neat) and attention_kwargs(neat, True) == {"attn_implementation": PACKED_SDPA}
+    assert neat.effective_packing and attention_kwargs(neat, True) == {"attn_implementation": PACKED_SDPA}
     model.save_pretrained(tmp_path / "saved")
     saved = json.loads((tmp_path / "saved" / "config.json").read_text())
     assert PACKED_SDPA not in json.dumps(saved)  # the name stays in this process: the model loads anywhere

@@ -37,7 +37,7 @@ def test_the_train_step_takes_the_early_launch_and_the_child_evaluates_for_the_e
         tiny_model_dir, built, monkeypatch):
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    from tuneline.evaluate import evaluate_model
+    from tuneline.evaluation import evaluate_model
 
     root, dataset = built
     config = make_config(tiny_model_dir, root / "out", **SETTINGS)

@@ -13,6 +13,7 @@ import torch
 
 from tuneline.config import load_config
 from tuneline.errors import ConfigError
+from tuneline.rewards import response_mask
 from tuneline.train import ppo_core
 
 REPO = Path(__file__).resolve().parents[3]
@@ -69,7 +70,7 @@ def test_adaptive_kl_moves_towards_the_target():
 
 
 def test_response_mask_stops_after_the_first_eos():
-    mask = ppo_core.response_mask(torch.tensor([[5, 3, 7, 3], [5, 6, 7, 8]]), eos_token_id=3)
+    mask = response_mask(torch.tensor([[5, 3, 7, 3], [5, 6, 7, 8]]), eos_token_id=3)
     assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
 
 
@@ -111,7 +112,7 @@ def ppo_config(tiny_model_dir, reward_model_dir, tmp_path, **overrides):
 def test_reward_model_loads_as_the_rm_stage_trained_it(tiny_model_dir, reward_model_dir, tmp_path):
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.model import load_model, load_tokenizer
-    from tuneline.train.ppo_models import load_reward_model
+    from tuneline.rewards import load_reward_model
     from tuneline.train.rm import pair_scores
 
     config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path)
@@ -131,8 +132,8 @@ def test_reward_model_loads_as_the_rm_stage_trained_it(tiny_model_dir, reward_mo
 
 def test_reward_model_config_errors(tiny_model_dir, reward_model_dir, tmp_path):
     from tuneline.model import load_tokenizer
+    from tuneline.rewards import load_reward_model
     from tuneline.tiny_model import build_tiny_model
-    from tuneline.train.ppo_models import load_reward_model
 
     config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, reward_model_type="full")
     tokenizer = load_tokenizer(config.model)
@@ -212,8 +213,9 @@ def test_one_ppo_update_moves_log_probs_along_the_advantages(tiny_model_dir, rew
     positive advantage became likelier and those with negative advantage less likely."""
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.model import load_model, load_tokenizer
+    from tuneline.rewards import load_reward_model
     from tuneline.train.ppo import PPOLoop, forward_tokens
-    from tuneline.train.ppo_models import load_reference, load_reward_model, load_value_head
+    from tuneline.train.ppo_models import load_reference, load_value_head
     from tuneline.train.training_args import build_training_args
 
     config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, ppo_epochs=2, learning_rate=1e-3,

@@ -1,8 +1,9 @@
-"""Evaluate a model (the base, or base + trained adapter) on the validation split, cached by content.
+"""The cached evaluation step: its key, and the cache folder that answers it (the work itself is in `run`).
 
-The key is (model content key, eval data fingerprint, eval config slice, EVAL_VERSION), so the base model is
-scored once per (base, data) and every run on that base reuses it; a tuned model is scored once per result.
-This module imports no torch: computing a key, or answering from the cache, loads nothing heavy.
+Evaluate a model (the base, or base + trained adapter) on the validation split, cached by content. The key is
+(model content key, eval data fingerprint, eval config slice, EVAL_VERSION, the package's code), so the base
+model is scored once per (base, data) and every run on that base reuses it; a tuned model is scored once per
+result. This module imports no torch: computing a key, or answering from the cache, loads nothing heavy.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from tuneline.step_cache import cached_step
 
 # Bump when a metric's meaning changes; edits to the evaluation sources also change keys (see _code_version).
 EVAL_VERSION = "1"
-EVAL_SOURCES = (Path(__file__), *sorted((Path(__file__).parent / "evaluation").glob("*.py")))
+# Every module of tuneline.evaluation, and the reward scoring it shares with PPO.
+EVAL_SOURCES = (*sorted(Path(__file__).parent.glob("*.py")), Path(__file__).parents[1] / "rewards.py")
 
 # The config keys that change an evaluation's result (besides the model and the data).
 EVAL_KEYS = ("stage", "cutoff_len", "template", "eval_max_samples", "eval_max_new_tokens",

@@ -1,7 +1,8 @@
 """Per-sequence log-probs of labelled tokens: what every preference loss and the reference step consume.
 
 Shared by the dpo/kto trainers (policy and live reference) and by `tuneline.reference` (precomputed
-reference), so a precomputed and a live reference compute exactly the same numbers.
+reference), so a precomputed and a live reference compute exactly the same numbers. It sits beside
+`tuneline.losses`, below both of its users: the reference step need not reach into the training package.
 """
 
 from __future__ import annotations

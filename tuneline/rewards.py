@@ -1,0 +1,146 @@
+"""The reward model, loaded and read out one way for everyone who scores with it.
+
+PPO trains against it and the flow's `evaluate` step measures a tuned policy with it, and the two must give the
+same number for the same policy: so loading, the score read-out and the seeded answer sampling live here, below
+both `tuneline.train` and `tuneline.evaluation`. What only PPO needs (value head, reference, the loop) stays in
+`tuneline.train`.
+
+The reward model is what `tuneline.train.rm` saves: `AutoModelForSequenceClassification` with one label (a full
+folder, or a SEQ_CLS LoRA adapter whose `score` head is saved beside it), scored at the last real token.
+torch and transformers are imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from tuneline.errors import ConfigError
+
+
+def reward_config(config):
+    """A copy of the run config whose model is the reward model, with its adapters merged in."""
+    ft = config.finetuning
+    rcfg = copy.deepcopy(config)
+    if ft.reward_model_type == "full":
+        rcfg.model.model_name_or_path = ft.reward_model
+        rcfg.model.adapter_name_or_path = ft.reward_model_adapters
+        rcfg.finetuning.finetuning_type = "full"
+    else:  # a LoRA adapter on the policy's base model (and the adapters the base carries)
+        existing = [a for a in (config.model.adapter_name_or_path or "").split(",") if a.strip()]
+        rcfg.model.adapter_name_or_path = ",".join([*existing, ft.reward_model])
+    rcfg.model.quantization_bit = None
+    return rcfg
+
+
+def check_reward_tokenizer(config, tokenizer) -> None:
+    """The reward model reads the policy's token ids, so both must share one vocabulary."""
+    from transformers import AutoTokenizer
+
+    folder = Path(config.finetuning.reward_model)
+    if not (folder / "tokenizer_config.json").is_file():
+        return  # nothing saved beside it: it uses the base model's tokenizer
+    theirs = AutoTokenizer.from_pretrained(str(folder))
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(f"'reward_model: {folder}' has a tokenizer that does not match the policy's "
+                          f"('{config.model.model_name_or_path}'): train the reward model on the same base model")
+
+
+def load_reward_model(config, tokenizer):
+    """The frozen reward model, in eval mode."""
+    from tuneline.model import load_model
+
+    ft = config.finetuning
+    if not ft.reward_model and config.pipeline.reward_model_config:
+        raise ConfigError("'reward_model_config' is trained by the flow (`tuneline train`); outside it, train that "
+                          "config and set 'reward_model' to its output_dir")
+    if not ft.reward_model:
+        raise ConfigError("'stage: ppo' needs 'reward_model' (a reward model path or adapter trained with stage: rm)")
+    if not Path(ft.reward_model).exists():
+        raise ConfigError(f"'reward_model: {ft.reward_model}' does not exist; train one with 'stage: rm'")
+    is_adapter = (Path(ft.reward_model) / "adapter_config.json").is_file()
+    if is_adapter != (ft.reward_model_type == "lora"):
+        kind = "a LoRA adapter" if is_adapter else "a full model"
+        raise ConfigError(f"'reward_model: {ft.reward_model}' is {kind} but 'reward_model_type' is "
+                          f"'{ft.reward_model_type}'; set 'reward_model_type: {'lora' if is_adapter else 'full'}'")
+    check_reward_tokenizer(config, tokenizer)
+    rcfg = reward_config(config)
+    return load_model(rcfg, tokenizer, is_trainable=False, add_valuehead=True).eval()
+
+
+def sequence_scores(model, input_ids, attention_mask):
+    """One score per row: a sequence classifier's pooled output, or a per-token value at the last real token."""
+    import torch
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    if logits.dim() == 3:  # per-token values [batch, length, 1]
+        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+        last = (positions * attention_mask).argmax(-1)
+        logits = logits[torch.arange(len(last), device=last.device), last]
+    return logits.reshape(len(input_ids), -1)[:, 0]
+
+
+def response_mask(response_ids, eos_token_id: int):
+    """1 on response tokens up to and including the first eos, 0 after it."""
+
+    is_eos = (response_ids == eos_token_id).long()
+    after_eos = (is_eos.cumsum(-1) - is_eos) > 0
+    return (~after_eos).float()
+
+
+def right_aligned(prompt_ids, prompt_mask, answers, answer_mask, pad_id: int):
+    """Drop the prompts' left padding: rows of real prompt tokens then the answer, padded on the right."""
+    import torch
+
+    rows, marks = [], []
+    for ids, keep, answer, amask in zip(prompt_ids, prompt_mask, answers, answer_mask, strict=True):
+        prompt = ids[keep.bool()]
+        answer = answer[: int(amask.sum())]
+        rows.append(torch.cat((prompt, answer)))
+        marks.append(torch.cat((torch.zeros_like(prompt), torch.ones_like(answer))))
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=rows[0].dtype)
+    attention = torch.zeros_like(ids)
+    action = torch.zeros(len(rows), width)
+    for i, (row, mark) in enumerate(zip(rows, marks, strict=True)):
+        ids[i, : len(row)], attention[i, : len(row)], action[i, : len(row)] = row, 1, mark.float()
+    return ids, attention, action[:, 1:]
+
+
+def sample_answers(policy, tokenizer, batch, gen):
+    """Answers sampled with the generating config, right-aligned after their prompts: (ids, attention, mask)."""
+    import torch
+
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    policy.eval()
+    with torch.no_grad():
+        out = policy.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=gen.do_sample,
+            temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k, max_new_tokens=gen.max_new_tokens,
+            repetition_penalty=gen.repetition_penalty, pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id)
+        answers = out[:, batch["input_ids"].size(1):]
+        answer_mask = response_mask(answers, tokenizer.eos_token_id)
+        answer_mask[:, 0] = 1  # at least one token, even if it is eos
+        return right_aligned(batch["input_ids"], batch["attention_mask"], answers, answer_mask, pad_id)
+
+
+def sampled_reward(policy, reward_model, tokenizer, dataset, collator, gen, seed: int, batch_size: int,
+                   limit: int) -> float:
+    """Mean reward-model score of answers sampled for the first `limit` prompts: PPO's evaluation metric.
+
+    Sampling starts from `seed` every time, so the policy before and after training (in the trainer and in the
+    flow's `evaluate` step) is measured on the same prompts with the same noise: a paired comparison.
+    """
+    import torch
+
+    device = next(policy.parameters()).device
+    rows = [dataset[i] for i in range(min(limit, len(dataset)))]
+    scores = []
+    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        for start in range(0, len(rows), batch_size):
+            batch = collator(rows[start:start + batch_size])
+            batch = {k: v.to(device) for k, v in batch.items() if hasattr(v, "to")}
+            ids, attention, _ = sample_answers(policy, tokenizer, batch, gen)
+            scores.append(sequence_scores(reward_model, ids, attention).float())
+        return torch.cat(scores).mean().item()
