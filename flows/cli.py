@@ -5,19 +5,17 @@
     tuneline tiny-model OUT_DIR [--preset demo]   tuneline export CONFIG [key=value ...]
 
 It lives in flows/ because `train` starts a Prefect flow and the library below never imports Prefect.
-Heavy imports (prefect, torch, transformers) wait until the chosen command needs them.
+`train` runs flows.finetune's own command line. Heavy imports (prefect, torch, transformers) wait until the chosen
+command needs them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 from tuneline.config import load_config
-from tuneline.errors import UserError
-from tuneline.quick_exit import exit_quickly
+from tuneline.errors import UserError, report_user_errors
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,27 +39,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
-    overrides = list(args.overrides) + (["refresh_cache=true"] if args.no_cache else [])
-    config = load_config(args.config, overrides)  # fail fast, before Prefect starts
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.api_server import prefect_api
-    from tuneline.pipeline.train_step import early_launch
+    overrides = [*args.overrides, *(["refresh_cache=true"] if args.no_cache else [])]
+    load_config(args.config, overrides)  # a bad config fails at once, before Prefect is even imported
+    from flows.finetune import main as run_finetune
 
-    # the training launch starts importing now, and Prefect's temporary server boots, while this process imports
-    with early_launch(config), prefect_api(warm_up=lambda: _prepare_flow(config)):
-        from flows.finetune import finetune
-
-        result = finetune(args.config, overrides)
-    print(json.dumps(result, indent=2, default=str))
-    return 0
-
-
-def _prepare_flow(config) -> None:
-    """What the flow does first anyway, done while Prefect's temporary server boots: imports, MLflow store."""
-    import flows.finetune  # noqa: F401
-    from tuneline.pipeline.record import connect_tracking
-
-    connect_tracking(config)
+    return run_finetune([args.config, *overrides])
 
 
 def _validate(args) -> int:
@@ -99,20 +81,12 @@ COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except UserError as exc:
-        print(f"error: {exc.format()}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: run the same command again to resume from the last checkpoint", file=sys.stderr)
-        return 130
+    return report_user_errors(lambda: COMMANDS[args.command](args))
 
 
 def run(argv: list[str] | None = None) -> None:
-    """The console command: `main`, then a quick exit once every exit handler has run (~1 s less per command,
-    a tenth of a cached re-run: see tuneline.quick_exit)."""
-    exit_quickly(main(argv))
+    """The console command."""
+    sys.exit(main(argv))
 
 
 if __name__ == "__main__":

@@ -1,24 +1,26 @@
 """The fine-tuning flow: seven cached steps, one MLflow run per piece of work.
 
-    python -m flows.finetune examples/sft_lora_demo.yaml learning_rate=5e-5   (or: tuneline train ...)
+    python -m flows.finetune examples/sft_lora_demo.yaml learning_rate=5e-5   (the same as: tuneline train ...)
 
 Re-running with the same inputs skips every finished step; a killed run started again resumes `train` from
 its last checkpoint in the same MLflow run. A ppo config with `reward_model_config` runs that rm config first,
-as a subflow of the same shape (and as cached).
+as a subflow of the same shape (and as cached). The command line, a served deployment and a worker all run this
+same function.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from prefect import flow, runtime
 from prefect.settings import PREFECT_API_URL
 
-import tasks
-from flows.api_server import is_temporary
 from flows.artifacts import publish_run_artifacts
+from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, train
 from tuneline.config import RunConfig, load_config
+from tuneline.errors import report_user_errors
 from tuneline.pipeline import keys, record
 from tuneline.pipeline.steps import reward_model_overrides
 
@@ -29,14 +31,14 @@ def _flow_run_name() -> str:
 
 
 def _flow_run_url() -> str | None:
-    """The flow run's page in the Prefect UI; none where the API is a temporary server that stops with the run."""
-    return None if is_temporary(PREFECT_API_URL.value()) else runtime.flow_run.ui_url
+    """The flow run's page in the Prefect UI; none on Prefect's temporary server, which stops with the run."""
+    return runtime.flow_run.ui_url if PREFECT_API_URL.value() else None
 
 
-def _with_cache(config: RunConfig, task):
+def _cache_options(config: RunConfig) -> dict:
     """Results live under pipeline_cache_dir; `refresh_cache` reruns steps even on a key hit."""
     storage = Path(config.pipeline.pipeline_cache_dir).resolve() / "prefect-results"
-    return task.with_options(result_storage=storage, refresh_cache=config.pipeline.refresh_cache or None)
+    return {"result_storage": storage, "refresh_cache": config.pipeline.refresh_cache or None}
 
 
 @flow(name="finetune", flow_run_name=_flow_run_name)
@@ -48,18 +50,18 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
         overrides = [*(overrides or []), *reward_model_overrides(config.pipeline.reward_model_config,
                                                                  reward["output_dir"])]
         config = load_config(config_path, overrides)
-    step = {name: _with_cache(config, getattr(tasks, name)) for name in tasks.__all__}
+    cache = _cache_options(config)
     run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, _flow_run_url())
 
-    tokenizer = step["load_tokenizer"](config)
-    dataset = step["build_dataset"](config, tokenizer)
+    tokenizer = load_tokenizer.with_options(**cache)(config)
+    dataset = build_dataset.with_options(**cache)(config, tokenizer)
     record.record_dataset(run, dataset)
-    reference = step["build_reference_model"](config, dataset)
-    trained = step["train"](config, dataset, reference, run)
-    base_eval = step["evaluate"].with_options(task_run_name="evaluate base")(config, dataset)
-    tuned_eval = step["evaluate"].with_options(task_run_name="evaluate tuned")(config, dataset, trained)
-    plots = step["plot"](config, trained, run)
-    card = step["model_card"](config, trained, base_eval, tuned_eval, plots, dataset, run)
+    reference = build_reference_model.with_options(**cache)(config, dataset)
+    trained = train.with_options(**cache)(config, dataset, reference, run)
+    base_eval = evaluate.with_options(task_run_name="evaluate base", **cache)(config, dataset)
+    tuned_eval = evaluate.with_options(task_run_name="evaluate tuned", **cache)(config, dataset, trained)
+    plots = plot.with_options(**cache)(config, trained, run)
+    card = model_card.with_options(**cache)(config, trained, base_eval, tuned_eval, plots, dataset, run)
 
     version = record.record_results(run, config, base_eval, tuned_eval, dataset["fingerprint"])
     publish_run_artifacts(config, run, dataset, base_eval, tuned_eval, plots)
@@ -68,7 +70,16 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
             "registered_version": version}
 
 
-if __name__ == "__main__":  # the same as `tuneline train CONFIG [key=value ...]`
-    from flows.cli import run
+def main(argv: list[str]) -> int:
+    """Check the config before Prefect starts a run, run the flow, print its result."""
+    if not argv:
+        print("usage: python -m flows.finetune CONFIG [key=value ...]", file=sys.stderr)
+        return 2
+    config_path, overrides = argv[0], argv[1:]
+    load_config(config_path, overrides)
+    print(json.dumps(finetune(config_path, overrides), indent=2, default=str))
+    return 0
 
-    run(["train", *sys.argv[1:]])
+
+if __name__ == "__main__":
+    sys.exit(report_user_errors(lambda: main(sys.argv[1:])))

@@ -7,7 +7,8 @@ so the CLI prints one message and exits with code 2 instead of a traceback.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 
 
 class UserError(Exception):
@@ -51,3 +52,18 @@ def closest(name: str, candidates: Iterable[str]) -> str | None:
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     hint = closest(name, candidates)
     return f"; did you mean '{hint}'?" if hint else ""
+
+
+def report_user_errors(main: Callable[[], int]) -> int:
+    """`main()`'s exit code, where a UserError becomes its message and code 2, and Ctrl-C a hint and 130.
+
+    What every command line of tuneline ends with: a user's mistake never shows as a traceback.
+    """
+    try:
+        return main()
+    except UserError as exc:
+        print(f"error: {exc.format()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: run the same command again to resume from the last checkpoint", file=sys.stderr)
+        return 130

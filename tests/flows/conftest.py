@@ -14,7 +14,7 @@ _HOME = Path(tempfile.mkdtemp(prefix="tuneline-prefect-home-"))
 os.environ["PREFECT_HOME"] = str(_HOME)
 os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"] = str(_HOME / "results")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
+os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"  # as users run: the training's lines reach the API
 
 
 @pytest.fixture(scope="session")

@@ -66,13 +66,33 @@ def task_states(flow_run_id) -> dict[str, list[str]]:
     return out
 
 
+def thread_priorities() -> dict[int, int]:
+    """{thread id: nice value} of this process's threads (Linux keeps one per thread)."""
+    import os
+
+    out = {}
+    for name in os.listdir("/proc/self/task"):
+        try:
+            out[int(name)] = os.getpriority(os.PRIO_PROCESS, int(name))
+        except OSError:  # ended meanwhile
+            continue
+    return out
+
+
 @pytest.mark.slow
 def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     from mlflow import MlflowClient
 
     root, config_path = workdir
+    before = thread_priorities()
     result, states = run_flow(config_path)
+    after = thread_priorities()
+    assert {tid: nice for tid, nice in after.items() if tid in before} == {
+        tid: nice for tid, nice in before.items() if tid in after}, "a flow run leaves this process's priorities alone"
+    assert set(after.values()) <= set(before.values()), "and its threads run at this process's priority"
     assert set(states) == STEPS
+    train_logs = task_logs(result["flow_run_id"], "train")
+    assert any("'loss'" in line for line in train_logs), "the training's lines reach the Prefect API"
     assert result["tuned"]["eval_loss"] < result["base"]["eval_loss"], "training must lower eval loss"
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
@@ -126,6 +146,27 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert all(set(s) == {"Completed"} for s in states.values()), states
     log = [json.loads(line) for line in (root / "out_data" / "trainer_log.jsonl").read_text().splitlines()]
     assert log[0]["current_steps"] <= 2, "a forced rerun trains from the start, it does not resume"
+
+
+def task_logs(flow_run_id, task_name: str) -> list[str]:
+    """The messages the Prefect API holds for one task of a flow run, page by page."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterTaskRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # Prefect's log worker sends its batch now
+
+    async def read():
+        async with get_client() as client:
+            runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            ids = [run.id for run in runs if run.name.split(" ")[0] == task_name]
+            messages: list[str] = []
+            while page := await client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(any_=ids)), limit=200,
+                                                 offset=len(messages)):
+                messages += [log.message for log in page]
+        return messages
+
+    return asyncio.run(read())
 
 
 def flow_artifacts(flow_run_id) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""The flow's side of training (tuneline.pipeline.train_step, tuneline.train.launch): the device count that
+"""The flow's side of training (tuneline.pipeline.train_step, tuneline.pipeline.launch): the device count that
 picks the launch, and the progress the train step reports while the child trains."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from tuneline.pipeline.follow_log import TrainerLogReader
 
-COUNT_AND_IMPORTS = ("import sys; from tuneline.train.launch import gpu_count; "
+COUNT_AND_IMPORTS = ("import sys; from tuneline.pipeline.launch import gpu_count; "
                      "print(gpu_count(), 'torch' in sys.modules)")
 
 
@@ -24,7 +24,7 @@ def _no_cuda_env(**extra) -> dict:
 
 
 def test_gpu_count_needs_no_torch_import():
-    """Importing torch to count devices cost ~2 s on the train step's path; the count is torch's all the same."""
+    """The flow's process counts devices without importing torch; the count is torch's all the same."""
     import torch
 
     out = subprocess.run([sys.executable, "-c", COUNT_AND_IMPORTS], env=_no_cuda_env(), capture_output=True,
@@ -47,7 +47,7 @@ def test_gpu_count_reads_nvml_and_the_launch_follows_it(tmp_path, tiny_model_dir
     script = textwrap.dedent(f"""
         import json, sys
         from tuneline.config import load_config
-        from tuneline.train.launch import gpu_count, launch_command
+        from tuneline.pipeline.launch import gpu_count, launch_command
         config = load_config(None, {{"model_name_or_path": {str(tiny_model_dir)!r}, "stage": "sft", "dataset": "demo_sft",
                                "dataset_dir": "data", "template": "chatml", "output_dir": "out"}}, check_paths=False)
         print(json.dumps([gpu_count(), launch_command(config, "c.yaml"), "torch" in sys.modules]))
@@ -61,8 +61,8 @@ def test_gpu_count_reads_nvml_and_the_launch_follows_it(tmp_path, tiny_model_dir
 
 
 def test_trainer_log_is_handed_over_at_most_every_interval(tmp_path):
-    """The train step hands on the new trainer_log entries (the newest as progress, all to MLflow) at most every
-    interval: not one API call per logging step, and no entry lost in between."""
+    """The train step hands on the new trainer_log entries (the newest as progress) at most every interval: not
+    one API call per logging step, and no entry lost in between."""
     log = tmp_path / "trainer_log.jsonl"
     now = [100.0]
     reader = TrainerLogReader(log, interval_s=5.0, clock=lambda: now[0])
@@ -109,12 +109,3 @@ def test_a_resumed_childs_log_is_read_from_its_start_and_the_killed_ones_tail_ne
         entries = follower.new_entries()
         assert [e["current_steps"] for e in entries] == list(range(1, 10)), entries
         assert entries[5]["loss"] == 2.0 / 6  # step 6 as trained again
-
-
-def test_the_plot_steps_imports_are_done_while_the_child_trains():
-    """All of what the plot step draws with, in the train step's thread (the plot step itself: 0.54 -> 0.14 s)."""
-    script = ("import sys\nfrom tuneline.pipeline.train_step import _import_while_training\n"
-              "_import_while_training().join()\n"
-              "print(sorted(m for m in ('matplotlib.figure', 'matplotlib.backends.backend_agg') if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert done.stdout.split("\n")[0] == "['matplotlib.backends.backend_agg', 'matplotlib.figure']", done.stdout

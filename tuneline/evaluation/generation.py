@@ -117,20 +117,14 @@ def rouge_l(prediction: Sequence[str], reference: Sequence[str]) -> float:
     return _f1(previous[-1], len(prediction), len(reference))
 
 
-def import_text_metrics():
-    """The scoring library `text_metrics` imports (sacrebleu), imported ahead of an evaluation."""
-    import sacrebleu
-
-    return sacrebleu
-
-
 def text_metrics(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """exact_match (after strip), mean ROUGE-1/2/L F1 and mean sentence BLEU-4, all in [0, 1].
 
     ROUGE is computed here rather than with rouge_score, whose import pulls in nltk and scipy for two short
     formulas; a test checks both give the same scores.
     """
-    sacrebleu = import_text_metrics()
+    import sacrebleu
+
     if not predictions:
         return {}
     count = len(predictions)

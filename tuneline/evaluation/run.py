@@ -116,12 +116,6 @@ STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = 
 }
 
 
-def import_metric_libraries(stage: str) -> None:
-    """What `stage`'s evaluation imports to score beyond the model's own libraries, imported ahead of it."""
-    if generation_step in STAGE_STEPS.get(stage, ()):
-        generation.import_text_metrics()
-
-
 def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:
     """{"metrics", "num_samples", "predictions"} for the model at adapter_dir (or the base model)."""
     import torch

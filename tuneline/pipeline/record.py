@@ -17,6 +17,7 @@ from tuneline.config import RunConfig
 from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS
 from tuneline.pipeline import keys
 from tuneline.train.predict import PREDICTIONS_FILE
+from tuneline.training_contract import METRICS_SPOOL_DIR
 
 PACKAGES = ("tuneline", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "mlflow")
 REGISTERED_TAG = "tuneline.registered_version"
@@ -43,11 +44,7 @@ def git_commit() -> str | None:
 
 
 def connect_tracking(config: RunConfig) -> str:
-    """Fail now if the MLflow store is unreachable, else open it (a SQLite store checks its schema, ~2 s).
-
-    MLflow keeps one store per URI in the process, so the run opened later reuses it; the CLI calls this while
-    Prefect's temporary server boots. Returns the resolved tracking URI.
-    """
+    """Fail now if the MLflow store is unreachable, else open it; returns the resolved tracking URI."""
     uri = tracking.resolve_tracking_uri(config.pipeline.mlflow_tracking_uri)
     tracking.check_tracking_available(uri)
     tracking.open_stores(uri)
@@ -95,7 +92,10 @@ def final_model_files(output_dir: Path, into: Path) -> Path:
 
 
 def record_training(run: dict, config: RunConfig, trained: dict) -> None:
+    """The training's files and model in the run; step metrics the child could not send (MLflow was unreachable
+    while it trained) are sent now, or stay in its spool for the next start."""
     uri, run_id, output_dir = run["tracking_uri"], run["run_id"], Path(trained["output_dir"])
+    tracking.flush_spool(run_id, uri, output_dir / METRICS_SPOOL_DIR)
     for name in ("tuneline_config.yaml", "trainer_log.jsonl", PREDICTIONS_FILE):
         if (output_dir / name).is_file():
             tracking.log_artifacts(run_id, output_dir / name, tracking_uri=uri)

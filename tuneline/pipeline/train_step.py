@@ -1,30 +1,25 @@
-"""Run training as a subprocess (`accelerate launch -m tuneline.train`) that resumes itself.
+"""The train step, from the flow's side: launch `accelerate launch -m tuneline.train` and follow it.
 
 The parent writes the resolved config into output_dir, launches the child with the MLflow run in its
-environment, forwards its lines, its progress and the metrics of its trainer_log.jsonl (to MLflow), and marks
-the output complete only after a clean exit. A killed parent leaves no marker, so the next start launches again
-and the child resumes from its checkpoint.
+environment (the child logs its own step metrics there), forwards its lines and its progress, and marks the
+output complete only after a clean exit. A killed parent leaves no marker, so the next start launches again and
+the child resumes from its checkpoint.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuneline.config import RunConfig, dump_config
 from tuneline.errors import UserError
-from tuneline.pipeline.follow_log import MetricsSender, TrainerLogReader
-from tuneline.pipeline.give_way import run_as_watcher, watchers_give_way
-from tuneline.train.trainer_log import FLOW_SENDS_METRICS, LOG_FILE
-
-if TYPE_CHECKING:
-    from tuneline.train.early_launch import EarlyLaunch
+from tuneline.pipeline.follow_log import TrainerLogReader
+from tuneline.pipeline.launch import TrainingFailed, launch_command, run_streaming
+from tuneline.training_contract import ERROR_PREFIX, LOG_FILE, TRAIN_KEY_ENV
 
 COMPLETE_MARKER = "TRAIN_COMPLETE.json"
 RESOLVED_CONFIG = "tuneline_config.yaml"
@@ -41,9 +36,6 @@ def training_complete(output_dir: str | Path, key: str) -> bool:
 
 def worth_retrying(error: BaseException) -> bool:
     """A crash (killed, out of memory, a lost device) may pass on a retry; an error the user must fix will not."""
-    from tuneline.train.__main__ import ERROR_PREFIX
-    from tuneline.train.launch import TrainingFailed
-
     if isinstance(error, UserError) and not isinstance(error, TrainingFailed):
         return False
     return ERROR_PREFIX not in str(error)  # the child printed a user error: the same config fails the same way
@@ -72,41 +64,16 @@ def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
     return dataset_ref["path"]
 
 
-def evaluation_input(config: RunConfig, dataset_ref: dict) -> Path | None:
-    """The build-dataset result the child evaluates its model on for the evaluate step, saved beside the config.
-
-    None when there are no validation rows, or when every step reruns anyway (refresh_cache: the step would
-    not take the child's result).
-    """
-    if config.pipeline.refresh_cache or not dataset_ref.get("eval_rows"):
-        return None
-    from tuneline.train.output_dir import EVAL_DATASET_REF
-
-    return _write_json(config.output_dir / EVAL_DATASET_REF, dataset_ref)  # hidden: not a model file for MLflow
-
-
-def _write_json(path: Path, data: dict) -> Path:
-    """Whole or absent: the child and later runs never read half a file."""
-    tmp = path.with_name(f".{path.name.lstrip('.')}.tmp")
-    tmp.write_text(json.dumps(data, default=str))
-    os.replace(tmp, path)
-    return path
-
-
 def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
                 mlflow_run_id: str | None, tracking_uri: str | None,
                 on_line: Callable[[str], None] = print,
                 on_progress: Callable[[dict], None] | None = None, start_fresh: bool = False) -> dict[str, Any]:
     """Train (or resume) into config.output_dir; return a small reference to the result.
 
-    Each output line of the child goes to `on_line`; `on_progress` gets the newest trainer_log.jsonl entry at
-    most every follow_log.INTERVAL_S, when the new entries' metrics go to the MLflow run `mlflow_run_id` (sent
-    from here, not by the child). `start_fresh` (a forced rerun, first attempt only: a retry must resume)
-    trains again from step 0. A launch started early for this run (`early_launch`) is used when it matches.
-    Both are called from a thread that follows the training at a low CPU priority (tuneline.pipeline.give_way).
+    Each output line of the child goes to `on_line`; `on_progress` gets the newest trainer_log.jsonl entry at most
+    every follow_log.INTERVAL_S. `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains
+    again from step 0.
     """
-    from tuneline.train.launch import launch_command, run_streaming, start_process
-
     output_dir = config.output_dir
     if start_fresh:
         start_over(output_dir)
@@ -114,116 +81,30 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
         return json.loads((output_dir / COMPLETE_MARKER).read_text())
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path = dump_config(config, output_dir / RESOLVED_CONFIG)
-    cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref),
-                         evaluation_input(config, dataset_ref))
-    env = {**os.environ, "TUNELINE_TRAIN_KEY": key, "PYTHONUNBUFFERED": "1"}
+    cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
+    env = {**os.environ, TRAIN_KEY_ENV: key}
     if mlflow_run_id:
-        env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri), FLOW_SENDS_METRICS: "1"})
-    reader = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)  # before the child can touch it
-    sender: MetricsSender | None = None
-
-    def hand_over(entries: list[dict]) -> None:
-        if sender:
-            sender.send(entries)
-        if on_progress and entries:
-            on_progress(entries[-1])
+        env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri)})
+    progress = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)  # before the child can touch it
 
     def forward(line: str) -> None:
         on_line(line)
-        hand_over(reader.due())
+        entries = progress.due()
+        if on_progress and entries:
+            on_progress(entries[-1])
 
-    early = _take_early_launch()
-    process = early.begin(cmd, env) if early else None
-    warm = _import_while_training()
-    try:
-        sender = MetricsSender(mlflow_run_id, tracking_uri, output_dir) if mlflow_run_id else None
-        started = process or start_process(cmd, env)  # by this thread: the training takes its priority
-        with watchers_give_way():  # after the threads above started: they are watchers too
-            run_as_watcher(lambda: run_streaming(cmd, env, forward, started), interrupted=started.kill)
-    except BaseException:
-        with contextlib.suppress(Exception):  # the training's own error is the one to report
-            _finish_metrics(reader, sender)
-        raise
-    else:
-        _finish_metrics(reader, sender)
-    finally:
-        warm.join()  # no thread of ours outlives the step
-        if early:
-            early.close()
-    metrics = _read_metrics(output_dir)
-    ref = {"output_dir": str(output_dir), "train_key": key, "metrics": metrics, "mlflow_run_id": mlflow_run_id}
+    run_streaming(cmd, env, forward)
+    ref = {"output_dir": str(output_dir), "train_key": key, "metrics": _read_metrics(output_dir),
+           "mlflow_run_id": mlflow_run_id}
     _write_json(output_dir / COMPLETE_MARKER, ref)
     return ref
 
 
-def _finish_metrics(reader: TrainerLogReader, sender: MetricsSender | None) -> None:
-    """Send what the child logged since the last hand-over (a failed or killed one too: its steps happened) and
-    wait for the sender; what MLflow could not take stays in output_dir's spool."""
-    if sender:
-        try:
-            sender.send(reader.new_entries())
-        finally:
-            sender.close()
-
-
-_early: EarlyLaunch | None = None
-
-
-@contextlib.contextmanager
-def early_launch(config: RunConfig) -> Iterator[EarlyLaunch | None]:
-    """Within: the launch this run's `train` step will need runs already, importing while the flow starts.
-
-    Only when that step will train (forced, or no finished training for its key in output_dir), so a cached
-    re-run starts nothing; not for a ppo run whose reward model a subflow trains first (that run's `train` comes
-    after a whole training). An early launch `train` did not use is stopped on exit.
-    """
-    global _early
-    launch = None
-    if not config.pipeline.reward_model_config and training_needed(config):
-        from tuneline.train.early_launch import EarlyLaunch
-        from tuneline.train.launch import launcher
-
-        with contextlib.suppress(OSError):  # not started (no temp space, no process): `train` launches as ever
-            launch = _early = EarlyLaunch(launcher(config), config.stage)
-    try:
-        yield launch
-    finally:
-        _early = None
-        if launch:
-            launch.close()
-
-
-def training_needed(config: RunConfig) -> bool:
-    """Whether this run's `train` step will launch a training: forced, or none finished for its key."""
-    from tuneline.pipeline import keys
-
-    if config.pipeline.refresh_cache:
-        return True
-    dataset_fp = keys.dataset_key(config)
-    return not training_complete(config.output_dir,
-                                 keys.train_key(config, dataset_fp, keys.reference_key(config, dataset_fp)))
-
-
-def _take_early_launch() -> EarlyLaunch | None:
-    """The early launch, once: a retry of the step launches anew."""
-    global _early
-    launch, _early = _early, None
-    return launch
-
-
-def _import_while_training() -> threading.Thread:
-    """Import the plot step's matplotlib (~0.5 s here) while the child trains, not after it."""
-
-    def run() -> None:
-        try:
-            import matplotlib.backends.backend_agg  # noqa: F401
-            import matplotlib.figure  # noqa: F401
-        except Exception:  # noqa: BLE001 - the plot step imports them again and reports any error
-            return
-
-    thread = threading.Thread(target=run, name="tuneline-warm-imports", daemon=True)
-    thread.start()
-    return thread
+def _write_json(path: Path, data: dict) -> None:
+    """Whole or absent: a later run never reads half a marker."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    os.replace(tmp, path)
 
 
 def _read_metrics(output_dir: Path) -> dict[str, float]:

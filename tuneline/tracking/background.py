@@ -1,20 +1,14 @@
 """Metrics sent from a worker thread, so the training loop never waits on MLflow.
 
-A logged step costs MLflow's SQLite commit (an fsync, ~30 ms here) or an HTTP round trip (~70 ms with a local
-server on 2 busy cores); with a small model and `logging_steps: 1` that would add tens of percent to training. Both
-mostly wait on I/O, so a thread overlaps them with the next steps. Each request also costs CPU that training, using
-every core, pays for: so the worker gathers what is logged within `interval_s` (5 s) into one request instead of
-sending each step alone (one request per logging step cost ~1% of a CPU run on the demo). On SQLite, with a run's
-~150 params, a request costs ~3.7 ms of CPU plus ~0.85 ms per step: at the demo's 3.5 logged steps a second, 6.1 ms
-a second batched every 2 s, 4.1 ms every 5 s. One FIFO queue and one worker keep the step order; each value keeps
-the time it was logged. `flush()` sends what is queued at once and waits for it (the training flushes at every
-checkpoint, so the steps a checkpoint covers are in MLflow before a resume could start from it); `close()` also
-stops the worker. A value still queued when the process is killed is missing from MLflow (trainer_log.jsonl keeps
-it); that window is one interval, and never reaches behind the last checkpoint. An error a retry cannot fix (not an
-outage) is raised by the next `log()`, `flush()` or `close()` in the training thread, as the synchronous logger
-would have raised it. That is a training that sends its own metrics (the bare entry point with MLFLOW_RUN_ID); in
-the flow the command sends them with `send()`, steps gathered from trainer_log.jsonl already, and a killed
-process loses nothing (a restart sends from the file).
+Each logged step would otherwise wait for MLflow's SQLite commit or an HTTP round trip, and with a small model and
+`logging_steps: 1` that wait is a large part of a step. A worker thread overlaps it with the next steps, and
+gathers what is logged within `interval_s` into one request rather than sending each step alone. One FIFO queue
+and one worker keep the step order; each value keeps the time it was logged. `flush()` sends what is queued at
+once and waits for it (the training flushes at every checkpoint, so the steps a checkpoint covers are in MLflow
+before a resume could start from it); `close()` also stops the worker. A value still queued when the process is
+killed is missing from MLflow (trainer_log.jsonl keeps it); that window is one interval, and never reaches behind
+the last checkpoint. An error a retry cannot fix (not an outage) is raised by the next `log()`, `flush()` or
+`close()` in the training thread, as a synchronous logger would have raised it.
 """
 
 from __future__ import annotations
@@ -34,8 +28,8 @@ _FLUSH, _STOP = object(), object()
 class BackgroundStepLogger:
     """Wraps a StepMetricLogger: `log` only enqueues; the worker calls the wrapped logger in order.
 
-    The worker also builds it (`make_logger`): importing MLflow and opening its store took ~1.5 s that the
-    training's first step waited for; now the first steps run meanwhile and are sent once it is open.
+    The worker also builds it (`make_logger`): the first steps train while MLflow is imported and its store
+    opened, and are sent once it is open.
     """
 
     def __init__(self, make_logger: Callable[[], StepMetricLogger], interval_s: float = SEND_INTERVAL_S):
@@ -88,14 +82,6 @@ class BackgroundStepLogger:
         if self._closed:
             raise RuntimeError("log() after close()")
         self._queue.put((dict(metrics), step, timestamp_ms or int(time.time() * 1000)))  # when logged, not sent
-
-    def send(self, items: list[tuple[dict[str, float], int, int | None]]) -> None:
-        """Steps gathered elsewhere already, as (metrics, step, timestamp_ms or None): sent together at once,
-        not after the interval, and without waiting for the send."""
-        for metrics, step, timestamp_ms in items:
-            self.log(metrics, step, timestamp_ms)
-        if items:
-            self._queue.put(_FLUSH)  # ends the worker's batch
 
     def flush(self) -> None:
         """Send what is queued now, and wait until it was sent or spooled."""

@@ -10,14 +10,8 @@ from typing import Any
 
 from transformers import EarlyStoppingCallback, TrainerCallback
 
-from tuneline.train.trainer_log import (
-    FLOW_SENDS_METRICS,
-    LOG_FILE,
-    METRICS_SPOOL_DIR,
-    finite_numbers,
-    log_record,
-    truncate_log,
-)
+from tuneline.train.trainer_log import finite_numbers, log_record, truncate_log
+from tuneline.training_contract import LOG_FILE, METRICS_SPOOL_DIR
 
 
 class TrainerLogCallback(TrainerCallback):
@@ -66,10 +60,9 @@ class TrainerLogCallback(TrainerCallback):
 class MlflowMetricsCallback(TrainerCallback):
     """Streams logged metrics into the flow's MLflow run (main process only), trainer global step as step.
 
-    Active only with MLFLOW_RUN_ID and MLFLOW_TRACKING_URI in the environment, and not in a training the flow
-    launched: the flow's process, which has MLflow loaded, sends them from trainer_log.jsonl (importing MLflow
-    here cost ~1.3 s of CPU that the first steps shared). tracking.StepMetricLogger drops steps MLflow already
-    holds, so after a resume each step appears once in the history.
+    Active with MLFLOW_RUN_ID and MLFLOW_TRACKING_URI in the environment (the train step sets both). While MLflow
+    is unreachable the values wait in output_dir's spool, sent when it answers again (or by the flow once training
+    ends); tracking.StepMetricLogger drops steps MLflow already holds, so after a resume each step appears once.
     """
 
     def __init__(self, output_dir: str | Path, logger_factory=None):
@@ -79,8 +72,6 @@ class MlflowMetricsCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         run_id, uri = os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
-        if os.environ.get(FLOW_SENDS_METRICS) == "1":
-            return
         if state.is_world_process_zero and run_id and uri and self.logger is None:
             self.logger = self.logger_factory(run_id, uri, self.output_dir / METRICS_SPOOL_DIR)
 
@@ -106,7 +97,7 @@ class MlflowMetricsCallback(TrainerCallback):
 
 
 def _default_logger_factory(run_id: str, tracking_uri: str, spool_dir: Path):
-    """Sends from a worker thread, batched: a synchronous send would add ~30-70 ms to every logging step."""
+    """Sends from a worker thread, batched: the training never waits on a database commit or an HTTP round trip."""
     from tuneline.tracking import BackgroundStepLogger, StepMetricLogger
 
     return BackgroundStepLogger(lambda: StepMetricLogger(run_id, tracking_uri, spool_dir))

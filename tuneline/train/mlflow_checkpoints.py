@@ -23,7 +23,8 @@ from transformers import TrainerCallback
 
 from tuneline.errors import UserError
 from tuneline.train.checkpoints import TRAINER_STATE, checkpoint_step, is_complete, last_complete_checkpoint
-from tuneline.train.trainer_log import LOG_FILE, rebuild_log
+from tuneline.train.trainer_log import rebuild_log
+from tuneline.training_contract import LOG_FILE
 
 log = logging.getLogger(__name__)
 

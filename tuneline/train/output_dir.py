@@ -24,11 +24,9 @@ RUN_FILE = "run.json"
 LOCK_FILE = ".tuneline.lock"
 OWNER_FILE = ".tuneline.lock.owner"
 TRAIN_CODE_VERSION = "train-1"
-# What the train step writes there for the child to read: the build-dataset result to evaluate on.
-EVAL_DATASET_REF = ".tuneline_eval_dataset.json"
 # Files that may sit in an output_dir before training without making it "another run's": the lock, and
-# the inputs the launcher writes there first (the resolved config, any top-level *.yaml, and the above).
-_HARMLESS = {LOCK_FILE, OWNER_FILE, EVAL_DATASET_REF}
+# the input the launcher writes there first (the resolved config, as any top-level *.yaml).
+_HARMLESS = {LOCK_FILE, OWNER_FILE}
 
 # Keys that change how a run is watched or stored, not the weights it ends with.
 COSMETIC_KEYS = frozenset({

@@ -2,9 +2,7 @@
 
 One JSON line per log event (main process only): LLaMA-Factory's keys (current_steps, total_steps, loss, lr,
 epoch, percentage, elapsed_time, remaining_time, total_tokens, throughput), every other numeric metric the
-trainer logged, and the `timestamp` it was logged at. The flow's process reads it for progress and sends the
-metrics in it to MLflow (`logged_metrics` gives them back as the trainer logged them), so a training launched
-by the flow imports no MLflow. Light on purpose: the flow's process imports this module, not transformers.
+trainer logged, and the `timestamp` it was logged at. The flow reads it for progress; the plots are drawn from it.
 """
 
 from __future__ import annotations
@@ -15,13 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-LOG_FILE = "trainer_log.jsonl"
-METRICS_SPOOL_DIR = "mlflow_spool"  # under output_dir: metrics kept while MLflow is unreachable
-FLOW_SENDS_METRICS = "TUNELINE_FLOW_SENDS_METRICS"  # "1": the training logs no metrics to MLflow itself
-PROGRESS_KEYS = frozenset({"current_steps", "total_steps", "percentage", "elapsed_time", "remaining_time",
-                           "total_tokens", "throughput", "timestamp"})
 _RENAMED = {"learning_rate": "lr"}  # LLaMA-Factory's name in the log
-_ORIGINAL = {short: name for name, short in _RENAMED.items()}
 
 
 def finite_numbers(values: dict[str, Any]) -> dict[str, float]:
@@ -33,12 +25,6 @@ def finite_numbers(values: dict[str, Any]) -> dict[str, float]:
 def log_record(progress: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
     """The line for one log event: the progress fields, then the metrics (renamed as LLaMA-Factory's log)."""
     return {**progress, **{_RENAMED.get(key, key): value for key, value in metrics.items()}}
-
-
-def logged_metrics(entry: dict[str, Any]) -> dict[str, float]:
-    """The metrics of one line, under the names the trainer logged them with (`epoch` from the progress when the
-    trainer logged none)."""
-    return finite_numbers({_ORIGINAL.get(key, key): value for key, value in entry.items() if key not in PROGRESS_KEYS})
 
 
 def truncate_log(path: Path, last_step: int) -> None:
@@ -63,8 +49,7 @@ def rebuild_log(path: Path, log_history: list[dict[str, Any]]) -> None:
     """Write trainer_log.jsonl from a checkpoint's log history (trainer_state.json), where the log is missing.
 
     For a resume from a checkpoint fetched from MLflow into an empty output_dir: the log then reaches back to the
-    start again, for the plots and for the steps the lost machine had logged but not yet sent to MLflow (the flow
-    sends them from this file; MLflow drops those it holds). The history has no times: those lines carry none.
+    start again, for the plots. The history has no times: those lines carry none.
     """
     if path.exists():
         return

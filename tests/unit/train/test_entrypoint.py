@@ -93,7 +93,7 @@ def assert_same_weights(expected: dict, got: dict) -> None:
 
 
 def test_user_errors_exit_2_with_one_message_that_the_launcher_carries(tiny_model_dir, sft_ref, tmp_path):
-    from tuneline.train.launch import TrainingFailed, run_streaming
+    from tuneline.pipeline.launch import TrainingFailed, run_streaming
 
     out = tmp_path / "out"
     out.mkdir()
@@ -109,7 +109,7 @@ def test_user_errors_exit_2_with_one_message_that_the_launcher_carries(tiny_mode
 
     # through `accelerate launch`, whose own traceback follows the child's message: the message alone is kept
     from tuneline.config import load_config
-    from tuneline.train.launch import launch_command
+    from tuneline.pipeline.launch import launch_command
 
     with pytest.raises(TrainingFailed) as err:
         run_streaming(launch_command(load_config(cfg, check_paths=False), cfg, sft_ref["path"]), None, lines.append)
@@ -120,7 +120,7 @@ def test_two_cpu_processes_follow_the_one_process_loss_curve(tiny_model_dir, sft
     """Data parallel over gloo (2 processes x batch 2) against 1 process x batch 4: the same global batches, so the
     same losses. Started by the launcher's own `accelerate launch` command (ACCELERATE_USE_CPU + --multi_gpu)."""
     from tuneline.config import load_config
-    from tuneline.train.launch import launch_command, run_streaming
+    from tuneline.pipeline.launch import launch_command, run_streaming
 
     settings = {**RESUME_SETTINGS, "finetuning_type": "full", "lora_dropout": 0.0, "max_steps": 4,
                 "save_steps": 100, "learning_rate": 5e-3, "lr_scheduler_type": "constant", "warmup_steps": 0}
@@ -151,14 +151,14 @@ def test_launch_command_uses_the_shipped_accelerate_and_deepspeed_configs(tiny_m
     import yaml
     from train_helpers import REPO_ROOT as repo
 
-    from tuneline.train.launch import launch_command
+    from tuneline.pipeline.launch import launch_command
     from tuneline.train.training_args import translate_training_keys
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a 2-GPU machine, without needing one (no torch call)
     fsdp = f"{repo}/examples/accelerate/fsdp_config.yaml"
     config = make_config(tiny_model_dir, tmp_path / "out", accelerate_config=fsdp, num_processes=2)
     cmd = launch_command(config, tmp_path / "c.yaml")
-    assert cmd[:3] == [sys.executable, "-m", "tuneline.train.accelerate_launch"]  # accelerate launch's main()
+    assert cmd[:4] == [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch"]  # accelerate launch
     assert cmd[cmd.index("--config_file") + 1] == fsdp and cmd[cmd.index("--num_processes") + 1] == "2"
     assert yaml.safe_load(Path(fsdp).read_text())["distributed_type"] == "FSDP"
     plain = launch_command(make_config(tiny_model_dir, tmp_path / "out"), tmp_path / "c.yaml")
@@ -175,7 +175,7 @@ def test_launch_command_uses_the_shipped_accelerate_and_deepspeed_configs(tiny_m
 
 def test_cpu_processes_get_the_cores_not_one_thread(tiny_model_dir, tmp_path, monkeypatch):
     """accelerate turns --num_cpu_threads_per_process into the child's OMP_NUM_THREADS; left out, it is 1."""
-    from tuneline.train.launch import launch_command
+    from tuneline.pipeline.launch import launch_command
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, whatever this machine has
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -290,7 +290,7 @@ def test_two_cpu_processes_run_ppo_as_one_process_with_the_whole_rollout(tiny_mo
 
     from tuneline.config import dump_config
     from tuneline.data import build_dataset
-    from tuneline.train.launch import launch_command, run_streaming
+    from tuneline.pipeline.launch import launch_command, run_streaming
 
     shared = {"max_steps": 3, "per_device_train_batch_size": 1, "do_sample": False, "lora_dropout": 0.0,
               "ppo_epochs": 1, "save_strategy": "steps", "save_steps": 2, "max_samples": 24}

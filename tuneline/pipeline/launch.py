@@ -1,14 +1,13 @@
-"""Launch the training subprocess with `accelerate launch` and stream its output.
+"""Start the training subprocess with `accelerate launch` and stream its output.
 
-One process on CPU (or `pipeline.num_processes` CPU processes over gloo), one per GPU with `--multi_gpu`,
-an accelerate config file (FSDP, ...) from `pipeline.accelerate_config`. DeepSpeed comes from
-`training.deepspeed` (a ds_config JSON) and is set up by transformers inside the child.
+One process on CPU (or `num_processes` CPU processes over gloo), one per GPU with `--multi_gpu`, or what an
+accelerate config file says (FSDP, several machines) from `accelerate_config`. DeepSpeed comes from `deepspeed`
+(a ds_config JSON) and is set up by transformers inside the child.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections import deque
@@ -16,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tuneline.errors import UserError
+from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
 
 TAIL_LINES = 40
+ACCELERATE_LAUNCH = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch"]  # `accelerate launch`
 
 
 class TrainingFailed(UserError):
@@ -32,8 +33,6 @@ class TrainingFailed(UserError):
 
 def error_lines(tail: list[str]) -> list[str]:
     """The child's own error message when it printed one, else its last traceback, else its last lines."""
-    from tuneline.train.__main__ import ERROR_PREFIX
-
     for i in range(len(tail) - 1, -1, -1):
         if ERROR_PREFIX in tail[i]:
             message = tail[i:i + 12]
@@ -44,11 +43,11 @@ def error_lines(tail: list[str]) -> list[str]:
 
 
 def gpu_count() -> int:
-    """Visible CUDA devices, counted without importing torch (~2 s on the train step's path, before the launch).
+    """Visible CUDA devices, counted without importing torch into the flow's process.
 
     CUDA_VISIBLE_DEVICES says it when set; else NVIDIA's management library counts the devices (torch asks it
     too under PYTORCH_NVML_BASED_CUDA_CHECK). Without that library there is no NVIDIA driver, so no CUDA device,
-    unless this is a ROCm machine (/dev/kfd), where torch is asked as before.
+    unless this is a ROCm machine (/dev/kfd), where torch is asked.
     """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -78,11 +77,10 @@ def _nvml_device_count() -> int | None:
         nvml.nvmlShutdown()
 
 
-def launch_command(config, config_path: Path | str, dataset_path: str | None = None,
-                   evaluate_on: Path | str | None = None) -> list[str]:
-    """`accelerate launch ... -m tuneline.train CONFIG [--dataset PATH] [--evaluate REF]` for this config and
-    machine."""
-    return [*launcher(config), "-m", "tuneline.train", *train_arguments(config_path, dataset_path, evaluate_on)]
+def launch_command(config, config_path: Path | str, dataset_path: str | None = None) -> list[str]:
+    """`accelerate launch ... -m tuneline.train CONFIG [--dataset PATH]` for this config and machine."""
+    dataset = ["--dataset", str(dataset_path)] if dataset_path else []
+    return [*launcher(config), "-m", "tuneline.train", str(config_path), *dataset]
 
 
 def launcher(config) -> list[str]:
@@ -92,7 +90,7 @@ def launcher(config) -> list[str]:
     processes = config.pipeline.num_processes or (1 if use_cpu else gpus)
     # accelerate starts N CPU processes (gloo) only with --multi_gpu and ACCELERATE_USE_CPU in its environment
     cmd = ["env", "ACCELERATE_USE_CPU=true"] if use_cpu else []
-    cmd += [sys.executable, "-m", "tuneline.train.accelerate_launch"]  # accelerate's launcher, a quicker exit
+    cmd += ACCELERATE_LAUNCH
     if config.pipeline.accelerate_config:
         cmd += ["--config_file", str(config.pipeline.accelerate_config)]
         if config.pipeline.num_processes:
@@ -107,18 +105,11 @@ def launcher(config) -> list[str]:
     return cmd
 
 
-def train_arguments(config_path: Path | str, dataset_path: str | None = None,
-                    evaluate_on: Path | str | None = None) -> list[str]:
-    """The entry point's own arguments: `CONFIG [--dataset PATH] [--evaluate REF]`."""
-    return [str(config_path), *(["--dataset", str(dataset_path)] if dataset_path else []),
-            *(["--evaluate", str(evaluate_on)] if evaluate_on else [])]
-
-
 def cpu_threads_per_process(processes: int) -> int:
     """OMP_NUM_THREADS when the user set it, else this machine's usable cores shared among the processes.
 
     Left to itself `accelerate launch` gives each CPU process OMP_NUM_THREADS=1 unless started with --cpu and
-    physical cores to spare: training ran single-threaded (about 25% slower on 2 cores).
+    physical cores to spare, so training would run on one thread.
     """
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
@@ -126,41 +117,15 @@ def cpu_threads_per_process(processes: int) -> int:
     return max(1, cores // max(1, processes))
 
 
-def die_with_parent(signum: int = signal.SIGKILL) -> bool:
-    """This process gets `signum` when its parent dies, even by SIGKILL (Linux only; False elsewhere).
+def run_streaming(cmd: list[str], env: dict[str, str] | None, on_line: Callable[[str], None]) -> None:
+    """Run cmd, pass each output line (stdout and stderr) to on_line; raise TrainingFailed on a non-zero exit.
 
-    Called in a child (as preexec_fn, or first thing) so no orphan keeps training, holding locks or serving.
+    On Linux the process is killed if this one dies, so that no orphan keeps training.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum) == 0  # PR_SET_PDEATHSIG
-    except OSError:
-        return False
-
-
-def process_env(env: dict[str, str] | None) -> dict[str, str]:
-    """The environment a training process gets: `env` (else ours), unbuffered, and told to die with its parent."""
-    env = dict(os.environ if env is None else env)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env["TUNELINE_DIE_WITH_PARENT"] = "1"
-    return env
-
-
-def start_process(cmd: list[str], env: dict[str, str] | None) -> subprocess.Popen:
-    """Start cmd with its stdout and stderr in one text pipe; on Linux it is killed if this process dies."""
-    return subprocess.Popen(cmd, env=process_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1, preexec_fn=die_with_parent)
-
-
-def run_streaming(cmd: list[str], env: dict[str, str] | None, on_line: Callable[[str], None],
-                  process: subprocess.Popen | None = None) -> None:
-    """Run cmd (or follow `process`, started for it already), pass each output line (stdout and stderr) to
-    on_line; raise TrainingFailed on a non-zero exit."""
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1", DIE_WITH_PARENT_ENV: "1"}
     tail: deque[str] = deque(maxlen=TAIL_LINES)
-    with process or start_process(cmd, env) as proc:
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", bufsize=1, preexec_fn=die_with_parent) as proc:
         try:
             for raw in proc.stdout:
                 for line in raw.rstrip("\n").split("\r"):
