@@ -1,9 +1,10 @@
-"""Retraining that runs itself, without a work pool: serve the schedules of deployments/prefect.yaml.
+"""Retraining that runs itself, without a work pool: serve the deployments of deployments/prefect.yaml.
 
-    python deployments/serve.py            # registers each deployment with its cron and runs them when due
+    python deployments/serve.py [PREFECT_YAML]     # registers each deployment with its schedules, runs them when due
 
-`prefect.yaml` stays the one place schedules are written; `prefect deploy --all` reads the same file when a
-work pool and workers are wanted instead. Unchanged inputs make a scheduled run all cache hits.
+`prefect.yaml` stays the one place deployments are written; `prefect deploy --all` reads the same file when a work
+pool and workers are wanted instead. A served run executes the same flow as `tuneline train`, so unchanged inputs
+make it all cache hits. Relative config paths are read from the folder this is started in (the repository's).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ def runner_deployments(prefect_yaml: Path = PREFECT_YAML) -> list:
 
     from flows.finetune import finetune
 
-    spec = yaml.safe_load(prefect_yaml.read_text())
+    spec = yaml.safe_load(Path(prefect_yaml).read_text())
     out = []
     for entry in spec["deployments"]:
-        schedules = [Cron(s["cron"], timezone=s.get("timezone", "UTC")) for s in entry.get("schedules", [])]
+        schedules = [Cron(s["cron"], timezone=s.get("timezone", "UTC")) for s in entry.get("schedules") or []]
         out.append(finetune.to_deployment(
             name=entry["name"], description=entry.get("description"), tags=entry.get("tags"),
             parameters=entry.get("parameters", {}), schedules=schedules,
@@ -35,11 +36,11 @@ def runner_deployments(prefect_yaml: Path = PREFECT_YAML) -> list:
     return out
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     from prefect import serve
 
-    serve(*runner_deployments())
+    serve(*runner_deployments(Path(argv[0]) if argv else PREFECT_YAML))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

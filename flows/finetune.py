@@ -18,6 +18,7 @@ from prefect import flow, runtime
 from prefect.settings import PREFECT_API_URL
 
 from flows.artifacts import publish_run_artifacts
+from flows.crash_detection import ensure_crash_detection
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, train
 from tuneline.config import RunConfig, load_config
 from tuneline.errors import report_user_errors
@@ -44,6 +45,8 @@ def _cache_options(config: RunConfig) -> dict:
 @flow(name="finetune", flow_run_name=_flow_run_name)
 def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
     config = load_config(config_path, overrides)
+    if PREFECT_API_URL.value():  # a lasting server: it marks this run Crashed if its process dies
+        ensure_crash_detection()
     if config.pipeline.reward_model_config:  # ppo: its reward model is trained (or found cached) first
         reward = finetune(config.pipeline.reward_model_config,
                           ["refresh_cache=true"] if config.pipeline.refresh_cache else [])  # --no-cache: all of it

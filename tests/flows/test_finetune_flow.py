@@ -82,6 +82,9 @@ def thread_priorities() -> dict[int, int]:
 @pytest.mark.slow
 def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     from mlflow import MlflowClient
+    from prefect.automations import Automation
+
+    from flows.crash_detection import AUTOMATION_NAME
 
     root, config_path = workdir
     before = thread_priorities()
@@ -91,6 +94,7 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
         tid: nice for tid, nice in before.items() if tid in after}, "a flow run leaves this process's priorities alone"
     assert set(after.values()) <= set(before.values()), "and its threads run at this process's priority"
     assert set(states) == STEPS
+    assert Automation.read(name=AUTOMATION_NAME).trigger.within.total_seconds() == 3 * 180, "crashes get noticed"
     train_logs = task_logs(result["flow_run_id"], "train")
     assert any("'loss'" in line for line in train_logs), "the training's lines reach the Prefect API"
     assert result["tuned"]["eval_loss"] < result["base"]["eval_loss"], "training must lower eval loss"

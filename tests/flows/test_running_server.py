@@ -1,0 +1,172 @@
+"""Against a running `prefect server start`, as in production: a deployment served by `deployments/serve.py` runs
+the flow (and again, all cached), and a run whose process is killed is marked Crashed by Prefect.
+
+The server, the serving process and the flow runs are real processes, each stopped by its pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from test_finetune_flow import REPO, STEPS
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """`prefect server start` on 127.0.0.1 with a home of its own; yields its API URL."""
+    home = tmp_path_factory.mktemp("prefect-server")
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    port = free_port()
+    with open(home / "server.log", "wb") as log:
+        server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=1)
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, (home / "server.log").read_text()[-3000:]
+            time.sleep(0.5)
+    yield url
+    os.killpg(server.pid, signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+def api(url: str, call):
+    """`await call(client)` with a Prefect client of the server at `url`."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    async def go():
+        async with get_client() as client:
+            return await call(client)
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        return asyncio.run(go())
+
+
+def wait_for_final_state(url: str, flow_run_id, seconds: float):
+    deadline = time.monotonic() + seconds
+    while True:
+        run = api(url, lambda client: client.read_flow_run(flow_run_id))
+        if run.state and run.state.is_final():
+            return run
+        assert time.monotonic() < deadline, f"flow run still {run.state.name if run.state else None}"
+        time.sleep(1)
+
+
+def task_states(url: str, flow_run_id) -> dict[str, list[str]]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    deadline = time.monotonic() + 30
+    while True:  # the server records task-run states from events, a moment after the flow run ends
+        runs = api(url, lambda client: client.read_task_runs(flow_run_filter=flow_runs))
+        if all(run.state and run.state.is_final() for run in runs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    out: dict[str, list[str]] = {}
+    for run in runs:
+        out.setdefault(run.name.split(" ")[0], []).append(run.state.name if run.state else "no state")
+    return out
+
+
+def tiny_config(root: Path, model_dir: Path, **changes) -> Path:
+    values = {
+        "model_name_or_path": str(model_dir), "stage": "sft", "finetuning_type": "lora", "lora_rank": 4,
+        "dataset": "demo_sft", "eval_dataset": "demo_sft_eval", "dataset_dir": str(REPO / "data"),
+        "template": "chatml", "cutoff_len": 64, "max_samples": 64, "output_dir": str(root / "out"), "max_steps": 4,
+        "logging_steps": 2, "per_device_train_batch_size": 8, "pipeline_cache_dir": str(root / "cache"),
+        "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "mlflow_experiment": "served",
+        "eval_max_samples": 4, "eval_max_new_tokens": 2, **changes,
+    }
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def client_env(url: str, root: Path, **extra: str) -> dict:
+    return {**os.environ, "PREFECT_API_URL": url, "PREFECT_HOME": str(root / "client-home"),
+            "PREFECT_LOGGING_LEVEL": "INFO", **extra}
+
+
+def test_a_deployment_served_by_serve_py_runs_the_flow_and_a_second_run_is_all_cached(
+        prefect_server, tmp_path, tiny_model_dir):
+    config = tiny_config(tmp_path, tiny_model_dir)
+    spec = {"deployments": [{"name": "tiny-sft", "entrypoint": "flows/finetune.py:finetune", "tags": ["tuneline"],
+                             "parameters": {"config_path": str(config), "overrides": []}}]}
+    (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(spec))
+    env = client_env(prefect_server, tmp_path, PREFECT_RUNNER_POLL_FREQUENCY="1")
+    with open(tmp_path / "serve.log", "wb") as log:
+        serving = subprocess.Popen([sys.executable, "deployments/serve.py", str(tmp_path / "prefect.yaml")],
+                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                deployment = api(prefect_server, lambda c: c.read_deployment_by_name("finetune/tiny-sft"))
+                break
+            except Exception:  # noqa: BLE001 - not registered yet
+                assert serving.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+                time.sleep(0.5)
+        for expected in ("Completed", "Cached"):
+            started = api(prefect_server, lambda c: c.create_flow_run_from_deployment(deployment.id))
+            finished = wait_for_final_state(prefect_server, started.id, 600)
+            assert finished.state.is_completed(), (tmp_path / "serve.log").read_text()[-4000:]
+            states = task_states(prefect_server, started.id)
+            assert set(states) == STEPS and all(set(s) == {expected} for s in states.values()), states
+    finally:
+        serving.terminate()
+        serving.wait(timeout=60)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("served").experiment_id])
+    assert len(run.data.tags["tuneline.flow_run_ids"].split(",")) == 2, "both served runs recorded in one MLflow run"
+    assert run.data.tags["prefect.flow_run_url"].startswith("http://127.0.0.1")
+
+
+def test_a_killed_run_is_marked_crashed_by_prefect(prefect_server, tmp_path, tiny_model_dir):
+    """SIGKILL leaves no word to the server; the flow's heartbeats stop, and the automation the flow installed on
+    its server (flows.crash_detection) marks the run Crashed after three missed ones."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    config = tiny_config(tmp_path, tiny_model_dir, run_name="killed-mid-training", max_steps=100000, save_steps=5)
+    env = client_env(prefect_server, tmp_path, PREFECT_FLOWS_HEARTBEAT_FREQUENCY="30")
+    started = time.monotonic()
+    flow = subprocess.Popen([sys.executable, "-m", "flows.finetune", str(config)], cwd=REPO, env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint = tmp_path / "out" / "checkpoint-5"
+    while not checkpoint.is_dir():
+        assert flow.poll() is None and time.monotonic() - started < 300, "no training to kill"
+        time.sleep(0.5)
+    time.sleep(max(0.0, 35 - (time.monotonic() - started)))  # a heartbeat after the flow installed the automation
+    by_name = FlowRunFilter(name=FlowRunFilterName(any_=["killed-mid-training"]))
+    [running] = api(prefect_server, lambda c: c.read_flow_runs(flow_run_filter=by_name))
+    assert running.state.is_running()
+    os.killpg(flow.pid, signal.SIGKILL)
+    flow.wait()
+    crashed = wait_for_final_state(prefect_server, running.id, 240)
+    assert crashed.state.is_crashed() and "heartbeat" in crashed.state.message, crashed.state
