@@ -10,7 +10,7 @@ from typing import Any
 
 from transformers import EarlyStoppingCallback, TrainerCallback
 
-from tuneline.train.trainer_log import finite_numbers, log_record, truncate_log
+from tuneline.train.trainer_log import finite_numbers, log_record, logged_metrics, read_log, truncate_log
 from tuneline.training_contract import LOG_FILE, METRICS_SPOOL_DIR
 
 
@@ -62,7 +62,9 @@ class MlflowMetricsCallback(TrainerCallback):
 
     Active with MLFLOW_RUN_ID and MLFLOW_TRACKING_URI in the environment (the train step sets both). While MLflow
     is unreachable the values wait in output_dir's spool, sent when it answers again (or by the flow once training
-    ends); tracking.StepMetricLogger drops steps MLflow already holds, so after a resume each step appears once.
+    ends). A resumed training first sends the steps its log holds up to its checkpoint: a start killed after a
+    checkpoint was saved and before its steps were sent had not sent them. tracking.StepMetricLogger drops steps
+    MLflow already holds, so each step appears once.
     """
 
     def __init__(self, output_dir: str | Path, logger_factory=None):
@@ -74,6 +76,10 @@ class MlflowMetricsCallback(TrainerCallback):
         run_id, uri = os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
         if state.is_world_process_zero and run_id and uri and self.logger is None:
             self.logger = self.logger_factory(run_id, uri, self.output_dir / METRICS_SPOOL_DIR)
+            for entry in read_log(self.output_dir / LOG_FILE) if state.global_step else []:
+                step, metrics, stamp = entry.get("current_steps"), logged_metrics(entry), entry.get("timestamp")
+                if isinstance(step, int) and 0 < step <= state.global_step and metrics:
+                    self.logger.log(metrics, step, int(stamp * 1000) if stamp else None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.logger is not None and logs:

@@ -13,7 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+PROGRESS_KEYS = frozenset({"current_steps", "total_steps", "percentage", "elapsed_time", "remaining_time",
+                           "total_tokens", "throughput", "timestamp"})
 _RENAMED = {"learning_rate": "lr"}  # LLaMA-Factory's name in the log
+_ORIGINAL = {short: name for name, short in _RENAMED.items()}
 
 
 def finite_numbers(values: dict[str, Any]) -> dict[str, float]:
@@ -27,22 +30,32 @@ def log_record(progress: dict[str, Any], metrics: dict[str, float]) -> dict[str,
     return {**progress, **{_RENAMED.get(key, key): value for key, value in metrics.items()}}
 
 
+def logged_metrics(entry: dict[str, Any]) -> dict[str, float]:
+    """The metrics of one line, under the names the trainer logged them with."""
+    return finite_numbers({_ORIGINAL.get(key, key): value for key, value in entry.items() if key not in PROGRESS_KEYS})
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """Every whole line of the log (one cut short by a kill is left out)."""
+    if not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    return entries
+
+
 def truncate_log(path: Path, last_step: int) -> None:
     """Keep only records up to last_step: after a resume, later steps are logged again, once.
 
     The kept lines go to a new file renamed over the old one, so a reader following the old file sees a new one
     (another inode) and starts again from its beginning.
     """
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line).get("current_steps", 0) <= last_step:
-                kept.append(line)
-        except ValueError:
-            continue  # a line cut short by a kill
-    _replace(path, kept)
+    if path.is_file():
+        _replace(path, [json.dumps(entry) for entry in read_log(path) if entry.get("current_steps", 0) <= last_step])
 
 
 def rebuild_log(path: Path, log_history: list[dict[str, Any]]) -> None:

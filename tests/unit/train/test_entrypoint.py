@@ -49,7 +49,16 @@ def adapter_weights(output_dir):
     return load_file(str(output_dir / "adapter_model.safetensors"))
 
 
-def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, sft_ref, tmp_path):
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, sft_ref, tmp_path, empty_mlflow_store):
+    """The killed start sent nothing to MLflow (here: it had no run to send to); the resumed one sends the steps
+    its log holds up to the checkpoint, then its own: MLflow holds every step once."""
+    import shutil
+
+    from tuneline import tracking
+
+    shutil.copy(empty_mlflow_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = tracking.open_run(uri, "resume", "work-key", "resume test", {})
     reference_dir, killed_dir = tmp_path / "reference", tmp_path / "killed"
     reference_cfg = write_config(tmp_path / "ref.yaml", tiny_model_dir, reference_dir, **RESUME_SETTINGS)
     killed_cfg = write_config(tmp_path / "kill.yaml", tiny_model_dir, killed_dir, **RESUME_SETTINGS)
@@ -64,8 +73,10 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, sft_re
     killed_at = checkpoint_step(complete_checkpoints(killed_dir)[-1])
     assert read_run_file(killed_dir)["status"] == "running" and killed_at < 10, "killed too late to test resume"
 
-    resumed = subprocess.run(train_cmd(killed_cfg, sft_ref["path"]), capture_output=True, text=True)
+    env = {**os.environ, "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": uri}
+    resumed = subprocess.run(train_cmd(killed_cfg, sft_ref["path"]), capture_output=True, text=True, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [step for step, _ in tracking.metric_history(uri, run_id, "loss")] == list(range(1, 11))
     assert reference.wait() == 0
     run = read_run_file(killed_dir)
     assert run["status"] == "complete" and run["resumed_step"] >= killed_at
