@@ -1,7 +1,8 @@
 """Against a running `prefect server start`, as in production: a deployment served by `deployments/serve.py` runs
 the flow (and again, all cached), and a run whose process is killed is marked Crashed by Prefect.
 
-The server, the serving process and the flow runs are real processes, each stopped by its pid.
+The server, the serving process and the flow runs are real processes, each stopped by its pid; each also dies
+with the test session if that is killed first.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 from test_finetune_flow import REPO, STEPS
+
+from tuneline.training_contract import die_with_parent
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -39,7 +42,8 @@ def prefect_server(tmp_path_factory):
     port = free_port()
     with open(home / "server.log", "wb") as log:
         server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                  preexec_fn=lambda: die_with_parent(signal.SIGTERM))  # SIGTERM: it stops its server
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + 120
     while True:
@@ -121,7 +125,7 @@ def test_a_deployment_served_by_serve_py_runs_the_flow_and_a_second_run_is_all_c
     env = client_env(prefect_server, tmp_path, PREFECT_RUNNER_POLL_FREQUENCY="1")
     with open(tmp_path / "serve.log", "wb") as log:
         serving = subprocess.Popen([sys.executable, "deployments/serve.py", str(tmp_path / "prefect.yaml")],
-                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -156,17 +160,20 @@ def test_a_killed_run_is_marked_crashed_by_prefect(prefect_server, tmp_path, tin
     config = tiny_config(tmp_path, tiny_model_dir, run_name="killed-mid-training", max_steps=100000, save_steps=5)
     env = client_env(prefect_server, tmp_path, PREFECT_FLOWS_HEARTBEAT_FREQUENCY="30")
     started = time.monotonic()
+    # the flow's launcher and training die with it (tuneline.training_contract.die_with_parent), as it dies with us
     flow = subprocess.Popen([sys.executable, "-m", "flows.finetune", str(config)], cwd=REPO, env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    checkpoint = tmp_path / "out" / "checkpoint-5"
-    while not checkpoint.is_dir():
-        assert flow.poll() is None and time.monotonic() - started < 300, "no training to kill"
-        time.sleep(0.5)
-    time.sleep(max(0.0, 35 - (time.monotonic() - started)))  # a heartbeat after the flow installed the automation
-    by_name = FlowRunFilter(name=FlowRunFilterName(any_=["killed-mid-training"]))
-    [running] = api(prefect_server, lambda c: c.read_flow_runs(flow_run_filter=by_name))
-    assert running.state.is_running()
-    os.killpg(flow.pid, signal.SIGKILL)
-    flow.wait()
+                            preexec_fn=die_with_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        checkpoint = tmp_path / "out" / "checkpoint-5"
+        while not checkpoint.is_dir():
+            assert flow.poll() is None and time.monotonic() - started < 300, "no training to kill"
+            time.sleep(0.5)
+        time.sleep(max(0.0, 35 - (time.monotonic() - started)))  # a heartbeat after the flow installed the automation
+        by_name = FlowRunFilter(name=FlowRunFilterName(any_=["killed-mid-training"]))
+        [running] = api(prefect_server, lambda c: c.read_flow_runs(flow_run_filter=by_name))
+        assert running.state.is_running()
+    finally:
+        flow.kill()
+        flow.wait()
     crashed = wait_for_final_state(prefect_server, running.id, 240)
     assert crashed.state.is_crashed() and "heartbeat" in crashed.state.message, crashed.state
