@@ -11,7 +11,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    """The "test" preset of the tiny Llama + tokenizer, built once per test session (about 5 s)."""
+    """The "test" preset of the tiny Llama + tokenizer, built once per test session."""
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", **TINY_PRESETS["test"])
@@ -25,7 +25,7 @@ def demo_data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def empty_mlflow_store(tmp_path_factory) -> Path:
-    """An MLflow SQLite file with its schema: creating one costs 10-20 s here, copying it milliseconds."""
+    """An MLflow SQLite file with its schema, created once: creating one is slow, copying it is not."""
     from mlflow import MlflowClient
 
     db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"

@@ -1,6 +1,6 @@
 """Keys of transformers' (Seq2Seq)TrainingArguments, with a coarse type each.
 
-Kept as a table so that reading a config never imports torch or transformers (5 s here); a unit test
+Kept as a table so that reading a config never imports torch or transformers; a unit test
 checks it against the installed transformers. Regenerate with tests/unit/test_training_keys.py's hint.
 """
 

@@ -1,10 +1,8 @@
 """`sdpa_packed`: transformers' sdpa, run on each example of a packed row alone, for faster packed sft on CPU.
 
 Why: a packed sft row (`tuneline.data.packing`) reaches sdpa with the block-diagonal causal mask transformers builds
-from the position resets, and on CPU sdpa with a dense mask computes all the row's token pairs. One layer's forward
-and backward (batch 4, 4 heads, 512 tokens, examples of ~140 tokens, 2 threads) took 42-47 ms with the mask against
-16-22 ms for causal sdpa on each example in turn (torch 2.13, `benchmarks/packed_attention.py`); the whole model's
-step on packed alpaca-like rows, 13-16% less time.
+from the position resets, and on CPU sdpa with a dense mask computes all the row's token pairs, where causal sdpa on
+each example in turn computes only the pairs within an example (`benchmarks/packed_attention.py` measures both).
 
 The per-example path runs only when the call's mask is exactly the block-diagonal causal mask of its
 `position_ids` (a new example wherever a position is not the previous one plus 1, as transformers reads them),

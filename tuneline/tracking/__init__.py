@@ -2,7 +2,7 @@
 
 Every call names its store explicitly (a URI, or the run id whose store `open_run` remembered in this process,
 else $MLFLOW_TRACKING_URI); nothing uses MLflow's process-global active run. Importing this package is cheap:
-`mlflow` itself (about 2.5 s) is imported only when a function runs.
+`mlflow` itself is imported only when a function runs.
 """
 
 from tuneline.tracking.artifacts import (

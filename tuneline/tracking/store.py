@@ -2,7 +2,7 @@
 
 Every MLflow call in tuneline goes through `client_for(uri)` with an explicit URI: nothing here reads or sets
 MLflow's process-global (fluent) state, so a flow, its tasks and the training subprocess can all talk to the
-same run without stepping on each other. `mlflow` is imported only inside functions (it costs ~2.5 s).
+same run without stepping on each other. `mlflow` is imported only inside functions, so that a cached step never loads it.
 """
 
 from __future__ import annotations
