@@ -104,9 +104,14 @@ def test_dump_round_trips(tmp_path):
     assert path.read_text().startswith("# resolved by tuneline")
 
 
-def test_masked_hides_tokens(tmp_path):
-    config = load_config(write(tmp_path, BASE + "hf_hub_token: hf_secret\n"), check_paths=False)
-    assert config.masked()["hf_hub_token"] == "***" and config.flat()["hf_hub_token"] == "hf_secret"
+def test_masked_hides_credentials_and_shows_settings_that_name_tokens(tmp_path):
+    settings = {"max_new_tokens": 16, "eval_max_new_tokens": 8, "use_fast_tokenizer": False,
+                "skip_special_tokens": False, "ignore_pad_token_for_loss": False, "split_special_tokens": True}
+    extra = "hf_hub_token: hf_secret\nhub_token: hf_other\n" + "".join(f"{k}: {v}\n" for k, v in settings.items())
+    config = load_config(write(tmp_path, BASE + extra), check_paths=False)
+    masked = config.masked()
+    assert masked["hf_hub_token"] == masked["hub_token"] == "***" and config.flat()["hf_hub_token"] == "hf_secret"
+    assert {key: masked[key] for key in settings} == settings
 
 
 def test_cli_exits_2_with_one_message(tmp_path, capsys):

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuneline.config.args import DataArgs, FinetuningArgs, GeneratingArgs, ModelArgs, PipelineArgs
-
-SECRET_KEYS = re.compile(r"(token|secret|password|api_key)", re.IGNORECASE)
+from tuneline.secrets import MASK, is_secret
 
 
 @dataclass
@@ -34,7 +32,7 @@ class RunConfig:
 
     def masked(self) -> dict[str, Any]:
         """`flat()` with secrets masked, for MLflow params and logs."""
-        return {k: ("***" if v and SECRET_KEYS.search(k) else v) for k, v in self.flat().items()}
+        return {k: (MASK if v and is_secret(k) else v) for k, v in self.flat().items()}
 
     def slice(self, *keys: str) -> dict[str, Any]:
         """The named keys only: the part of the config that matters to one step's fingerprint."""

@@ -8,21 +8,15 @@ shows both without failing the resumed flow.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from tuneline.secrets import MASK, is_secret
 from tuneline.tracking.runs import BATCH_TAGS, MAX_KEY, _chunks, _set_tags
 from tuneline.tracking.store import client_for, uri_for
 
 MAX_PARAM_VALUE = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
-MASK = "***"
 CHANGED_PREFIX = "param_changed."
-# matched against the last component of the key; tokenizer special tokens (pad_token...) are not secrets
-_SECRET = re.compile(r"(token|secret|password|passwd|api_key|apikey|access_key|private_key)$", re.IGNORECASE)
-_NOT_SECRET = re.compile(
-    r"(^|_)(pad|eos|bos|unk|sep|cls|mask|special|chat|start|end|stop|image|video|audio)_token$", re.IGNORECASE
-)
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -35,11 +29,6 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
-
-
-def is_secret(key: str) -> bool:
-    last = key.rsplit(".", 1)[-1]
-    return bool(_SECRET.search(last)) and not _NOT_SECRET.search(last)
 
 
 def param_values(config: Mapping[str, Any]) -> dict[str, str]:
