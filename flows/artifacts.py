@@ -25,15 +25,20 @@ def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval
     base, tuned = base_eval.get("metrics", {}), tuned_eval.get("metrics", {})
     rows = [{"metric": k, "base": _fmt(base.get(k, "")), "tuned": _fmt(tuned.get(k, ""))}
             for k in sorted(set(base) | set(tuned))]
-    create_table_artifact(rows, key="evaluation", description="evaluation before vs after training")
-    table = "\n".join(f"| {r['metric']} | {r['base']} | {r['tuned']} |" for r in rows)
+    skipped = tuned_eval.get("skipped") or base_eval.get("skipped")
+    if skipped:
+        evaluation = f"Not evaluated: {skipped}.\n"
+    else:
+        create_table_artifact(rows, key="evaluation", description="evaluation before vs after training")
+        table = "\n".join(f"| {r['metric']} | {r['base']} | {r['tuned']} |" for r in rows)
+        evaluation = f"| metric | base | tuned |\n|---|---|---|\n{table}\n"
     link = run_link(run) or run["run_id"]
     summary = (
         f"# {config.run_name}\n\n| | |\n|---|---|\n| stage | {config.stage} |\n"
         f"| finetuning | {config.finetuning.finetuning_type} |\n| model | {config.model.model_name_or_path} |\n"
         f"| dataset | {config.data.dataset} (`{dataset['fingerprint'][:12]}`, {dataset.get('train_rows')} rows) |\n"
         f"| rows dropped | {_bad_rows(dataset)} |\n"
-        f"| MLflow run | {link} |\n\n## Evaluation\n\n| metric | base | tuned |\n|---|---|---|\n{table}\n"
+        f"| MLflow run | {link} |\n\n## Evaluation\n\n{evaluation}"
     )
     create_markdown_artifact(summary, key="run-summary", description="what ran and how it scored")
     loss = next((p for p in plots if Path(p).name == "training_loss.png"), plots[0] if plots else None)

@@ -49,6 +49,10 @@ def _train(args) -> int:
 def _validate(args) -> int:
     config = load_config(args.config, args.overrides)
     print(f"{args.config}: valid ({config.run_name}; output_dir {config.output_dir})")
+    if not config.has_validation:
+        from tuneline.evaluation import NO_VALIDATION
+
+        print(f"note: this run will not be evaluated ({NO_VALIDATION})")
     return 0
 
 

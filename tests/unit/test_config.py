@@ -154,3 +154,13 @@ def test_ppo_runs_on_several_processes_but_refuses_deepspeed_and_fsdp(tmp_path):
     assert "'stage: ppo' runs data parallel" in message and "num_processes: 2" not in message
     assert "'deepspeed: ds_z2_config.json'" in message and "'accelerate_config: f.yaml'" in message
     load_config(write(tmp_path, BASE + "stage: dpo\nnum_processes: 2\ndeepspeed: ds.json\n"), check_paths=False)
+
+
+def test_validate_says_up_front_when_a_run_will_not_be_evaluated(tmp_path, capsys):
+    data = f"dataset_dir: {Path(__file__).resolve().parents[2] / 'data'}\n"
+    assert cli_main(["validate", str(write(tmp_path, BASE + data))]) == 0
+    assert "will not be evaluated" in capsys.readouterr().out
+    assert cli_main(["validate", str(write(tmp_path, BASE + data + "val_size: 0.1\n"))]) == 0
+    assert "will not be evaluated" not in capsys.readouterr().out
+    assert cli_main(["validate", str(write(tmp_path, BASE + data + "eval_strategy: steps\n"))]) == 2
+    assert "'eval_strategy: steps' evaluates during training" in capsys.readouterr().err

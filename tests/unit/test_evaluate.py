@@ -68,7 +68,7 @@ def save_splits(folder: Path, columns: dict[str, list], with_validation: bool = 
         if with_validation:
             splits["validation"] = Dataset.from_dict(columns)
         DatasetDict(splits).save_to_disk(str(tmp))
-        return {}
+        return {"eval_rows": len(splits["validation"]) if with_validation else 0}
 
     return cached_step(folder, "dataset", f"data-{folder.name}", build)
 
@@ -259,12 +259,14 @@ def test_evaluate_sft_scores_and_is_cached(model_dir, tokenizer, tmp_path):
     assert refreshed["cache_hit"] is False and refreshed["metrics"] == pytest.approx(metrics)
 
 
-def test_missing_validation_split_is_a_user_error(model_dir, tokenizer, tmp_path):
+def test_without_a_validation_split_the_evaluation_is_skipped_with_its_reason(model_dir, tokenizer, tmp_path):
     config = make_config(model_dir, tmp_path / "cache")
     ref = save_splits(tmp_path / "data", sft_rows(tokenizer), with_validation=False)
-    with pytest.raises(UserError, match="val_size"):
-        evaluate_model(config, ref, None, "some-model")
+    skipped = evaluate_model(config, ref, None, "some-model")
+    assert skipped["metrics"] == {} and "val_size" in skipped["skipped"] and skipped["path"] is None
     assert not list((tmp_path / "cache" / "evaluate").glob("*/COMPLETE"))
+    with pytest.raises(UserError, match="val_size"):  # a dataset reference that does not say how many: loaded, refused
+        evaluate_model(config, {k: v for k, v in ref.items() if k != "eval_rows"}, None, "some-model")
 
 
 @pytest.mark.slow

@@ -61,6 +61,11 @@ class RunConfig:
         return split_names(self.data.eval_dataset)
 
     @property
+    def has_validation(self) -> bool:
+        """Whether the data step will hold out a validation split, so that the run is evaluated."""
+        return bool(self.eval_dataset_names) or bool(self.data.val_size)
+
+    @property
     def run_name(self) -> str:
         if self.pipeline.run_name:
             return self.pipeline.run_name

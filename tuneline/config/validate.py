@@ -62,10 +62,13 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'val_size' is {data.val_size}; use a fraction in (0, 1) or a whole row count")
     if tr.get("do_train", True) and not data.dataset and ft.stage != "ppo":
         problems.append("'dataset' is required for training: name one or more entries of dataset_info.json")
-    has_eval_split = bool(data.val_size or data.eval_dataset)
     for key in ("load_best_model_at_end", "early_stopping_steps"):
-        if (tr.get(key) or getattr(ft, key, None)) and not has_eval_split:
+        if (tr.get(key) or getattr(ft, key, None)) and not config.has_validation:
             problems.append(f"'{key}' needs an evaluation split: set 'val_size' or 'eval_dataset'")
+    strategy = tr.get("eval_strategy") or tr.get("evaluation_strategy") or "no"
+    if strategy != "no" and not config.has_validation:
+        problems.append(f"'eval_strategy: {strategy}' evaluates during training on a validation split, and there is "
+                        "none: set 'val_size' or 'eval_dataset', or 'eval_strategy: no'")
     if ft.early_stopping_steps and (tr.get("eval_strategy") or tr.get("evaluation_strategy") or "no") == "no":
         problems.append(f"'early_stopping_steps: {ft.early_stopping_steps}' counts evaluations, but none run: set "
                         "'eval_strategy: steps' (with 'eval_steps') or 'eval_strategy: epoch'")

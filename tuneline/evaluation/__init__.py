@@ -8,9 +8,11 @@ cache hit). So importing this package stays cheap: it exports the cached step's 
 from tuneline.evaluation.cached import (
     EVAL_METRICS,
     EVAL_PREDICTIONS,
+    NO_VALIDATION,
     eval_fingerprint,
     evaluate_model,
     model_content_key,
 )
 
-__all__ = ["EVAL_METRICS", "EVAL_PREDICTIONS", "eval_fingerprint", "evaluate_model", "model_content_key"]
+__all__ = ["EVAL_METRICS", "EVAL_PREDICTIONS", "NO_VALIDATION", "eval_fingerprint", "evaluate_model",
+           "model_content_key"]

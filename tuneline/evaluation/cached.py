@@ -35,6 +35,8 @@ MODEL_FILE_NAMES = ("config.json", "adapter_config.json", "generation_config.jso
 
 
 EVAL_METRICS, EVAL_PREDICTIONS = "metrics.json", "predictions.jsonl"  # in each evaluation's cache folder
+NO_VALIDATION = ("no validation split: set `val_size` (e.g. 0.1) or `eval_dataset` to evaluate before and after "
+                 "training")
 
 # What PPO's evaluation also reads: the reward model scores answers sampled with the generating config.
 PPO_EVAL_KEYS = ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty")
@@ -84,9 +86,13 @@ def evaluate_model(config, dataset_ref: dict[str, Any], adapter_dir: str | None,
     """Score a model on the validation split; cached under `<pipeline_cache_dir>/evaluate/<key>/`.
 
     Returns {"metrics", "path", "fingerprint", "cache_hit", "num_samples"}; the folder holds metrics.json
-    and, for sft, predictions.jsonl (prompt, reference, prediction per generated row).
+    and, for sft, predictions.jsonl (prompt, reference, prediction per generated row). A dataset built without a
+    validation split is not an error: the result then has no metrics and says why in "skipped".
     """
     key = eval_fingerprint(config, model_key, str(dataset_ref.get("fingerprint", "")))
+    if dataset_ref.get("eval_rows") == 0:  # LLaMA-Factory's examples hold none: the run is simply not evaluated
+        return {"metrics": {}, "skipped": NO_VALIDATION, "fingerprint": key, "path": None, "cache_hit": False,
+                "num_samples": 0}
 
     def build(folder: Path) -> dict[str, Any]:
         from tuneline.evaluation.run import run_evaluation

@@ -21,6 +21,7 @@ from tuneline.training_contract import METRICS_SPOOL_DIR
 
 PACKAGES = ("tuneline", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "mlflow")
 REGISTERED_TAG = "tuneline.registered_version"
+EVALUATION_TAG = "tuneline.evaluation"  # "done", or "skipped: <why>"
 NOT_MODEL_FILES = {"TRAIN_COMPLETE.json", "run.json", "trainer_log.jsonl", "tuneline_config.yaml"}
 
 
@@ -156,6 +157,8 @@ def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: di
     if fresh:  # the answers first: a run that has the metrics has them (a cached rerun uploads nothing)
         record_evaluations(run, {"base": base_eval, "tuned": tuned_eval})
         tracking.log_metrics(run_id, fresh, tracking_uri=uri)
+    skipped = tuned_eval.get("skipped") or base_eval.get("skipped")
+    tracking.add_tags(run_id, {EVALUATION_TAG: f"skipped: {skipped}" if skipped else "done"}, tracking_uri=uri)
     version = tracking.get_run_tags(uri, run_id).get(REGISTERED_TAG)
     if config.pipeline.mlflow_registered_model and version is None:  # a cached rerun registers nothing new
         tags = {"dataset_fingerprint": dataset_fp, **{k: str(v) for k, v in summary.items()}}

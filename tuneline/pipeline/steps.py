@@ -52,6 +52,7 @@ def make_model_card(config: RunConfig, trained: dict, base_eval: dict, tuned_eva
     return write_model_card(
         config, trained["output_dir"],
         base_metrics=base_eval.get("metrics", {}), tuned_metrics=tuned_eval.get("metrics", {}),
+        not_evaluated=tuned_eval.get("skipped") or base_eval.get("skipped"),
         dataset_fingerprints={name: dataset["fingerprint"] for name in config.dataset_names},
         plots=plots, mlflow_run=run_link(run),
     )
