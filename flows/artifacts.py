@@ -38,6 +38,7 @@ def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval
         f"| finetuning | {config.finetuning.finetuning_type} |\n| model | {config.model.model_name_or_path} |\n"
         f"| dataset | {config.data.dataset} (`{dataset['fingerprint'][:12]}`, {dataset.get('train_rows')} rows) |\n"
         f"| rows dropped | {_bad_rows(dataset)} |\n"
+        f"| rows truncated to cutoff_len {config.data.cutoff_len} | {dataset.get('truncated_rows', 0)} |\n"
         f"| MLflow run | {link} |\n\n## Evaluation\n\n{evaluation}"
     )
     create_markdown_artifact(summary, key="run-summary", description="what ran and how it scored")

@@ -163,9 +163,11 @@ def test_without_a_validation_split_the_flow_completes_and_says_it_was_not_evalu
                                             "mlflow_registered_model=null"])
     assert set(states) == STEPS and result["base"] == result["tuned"] == {}
     assert "Not evaluated: no validation split" in (out / "README.md").read_text()
-    assert "Not evaluated: no validation split" in flow_artifacts(result["flow_run_id"])["run-summary"]
-    tag = MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_run(result["mlflow_run_id"]).data.tags
-    assert tag["tuneline.evaluation"].startswith("skipped: no validation split")
+    summary = flow_artifacts(result["flow_run_id"])["run-summary"]
+    assert "Not evaluated: no validation split" in summary and "| rows truncated to cutoff_len 64 |" in summary
+    run = MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_run(result["mlflow_run_id"])
+    assert run.data.tags["tuneline.evaluation"].startswith("skipped: no validation split")
+    assert "data_truncated_rows" in run.data.metrics
 
 
 def task_logs(flow_run_id, task_name: str) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 from tuneline.config.run_config import RunConfig
 from tuneline.data.cache_key import describe_changes, fingerprint_inputs, seed_of
 from tuneline.data.loader import bad_row_error, handle_bad_rows, load_examples, mix
-from tuneline.data.processors import CHECK_COLUMNS, Encoder
+from tuneline.data.processors import CHECK_COLUMNS, TRUNCATED, Encoder
 from tuneline.data.readers import BadRow
 from tuneline.errors import DataError
 from tuneline.fingerprint import fingerprint
@@ -28,7 +28,8 @@ from tuneline.step_cache import cached_step, read_reference
 
 STEP = "build-dataset"
 INPUTS_FILE = "fingerprint_inputs.json"
-REF_KEYS = ("path", "fingerprint", "stage", "train_rows", "eval_rows", "bad_rows", "cache_hit", "tokens")
+REF_KEYS = ("path", "fingerprint", "stage", "train_rows", "eval_rows", "bad_rows", "truncated_rows", "cache_hit",
+            "tokens")
 
 
 def build_dataset(config: RunConfig) -> dict[str, Any]:
@@ -62,8 +63,9 @@ def check_tokenized_path(location: Path, key: str, inputs: dict[str, Any]) -> No
                     "Set overwrite_cache: true to rebuild it, or point tokenized_path elsewhere")
 
 
-def _encode(config: RunConfig, dataset, tokenizer, template) -> tuple[Any, list[BadRow]]:
-    """The encoded dataset without the rows tokenization showed to be unusable, and those rows."""
+def _encode(config: RunConfig, dataset, tokenizer, template) -> tuple[Any, list[BadRow], int]:
+    """The encoded dataset without the rows tokenization showed to be unusable, those rows, and how many examples
+    lost tokens to cutoff_len."""
     data = config.data
     encoder = Encoder(tokenizer, template, config.stage, data.cutoff_len, data.train_on_prompt, data.mask_history,
                       config.effective_packing)
@@ -71,7 +73,9 @@ def _encode(config: RunConfig, dataset, tokenizer, template) -> tuple[Any, list[
     encoded = dataset.map(encoder, batched=True, batch_size=data.preprocessing_batch_size, num_proc=workers,
                           remove_columns=dataset.column_names, load_from_cache_file=False,
                           desc=f"encoding for {config.stage}")
-    return drop_problem_rows(encoded)
+    encoded, bad = drop_problem_rows(encoded)
+    truncated = sum(encoded[TRUNCATED]) if TRUNCATED in encoded.column_names else 0  # of the rows kept
+    return encoded.remove_columns([c for c in encoded.column_names if c == TRUNCATED]), bad, truncated
 
 
 def drop_problem_rows(encoded) -> tuple[Any, list[BadRow]]:
@@ -118,10 +122,11 @@ def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str,
         raise bad_row_error(bad)
     tokenizer = load_tokenizer(config.model)
     template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system)
-    train, train_bad = _encode(config, mix(config, train_loaded), tokenizer, template)
+    train, train_bad, truncated = _encode(config, mix(config, train_loaded), tokenizer, template)
     evaluation, eval_bad = None, []
     if eval_loaded:
-        evaluation, eval_bad = _encode(config, mix(config, eval_loaded), tokenizer, template)
+        evaluation, eval_bad, eval_truncated = _encode(config, mix(config, eval_loaded), tokenizer, template)
+        truncated += eval_truncated
     bad_counts = handle_bad_rows(bad + train_bad + eval_bad, config.data.on_bad_rows)
     for what, split in (("dataset", train), ("eval_dataset", evaluation)):
         if split is not None and len(split) == 0:
@@ -132,7 +137,7 @@ def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str,
     (folder / INPUTS_FILE).write_text(json.dumps(inputs, sort_keys=True, default=str))
     return {"stage": config.stage, "train_rows": len(splits["train"]),
             "eval_rows": len(splits["validation"]) if "validation" in splits else 0,
-            "bad_rows": bad_counts, "tokens": count_tokens(splits["train"])}
+            "bad_rows": bad_counts, "truncated_rows": truncated, "tokens": count_tokens(splits["train"])}
 
 
 def count_tokens(dataset) -> int:

@@ -15,7 +15,7 @@ from tuneline.data.registry import DatasetAttr, dataset_attrs
 from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
-PROCESSING_VERSION = "2"
+PROCESSING_VERSION = "3"
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
     "interleave_probs", "default_system", "tool_format", "preprocessing_batch_size", "on_bad_rows",

@@ -5,9 +5,10 @@
 budget is split between them (`split_budget`), answer first when it is short, prompt first when that is
 short, otherwise in proportion. Labels are -100 on every token the loss must ignore.
 
-Preference stages (rm, dpo, kto) also emit `CHECK_COLUMNS`: `_problem` is "" for a usable row, or why the row
-cannot be trained (its prompt alone fills `cutoff_len`, leaving no room for a response), with `_file`/`_row`
-passed through so the build step can report and drop it like any other bad row.
+Every stage also emits `_truncated`: how many of the batch's examples lost tokens to `cutoff_len`, counted by the
+build step. Preference stages (rm, dpo, kto) also emit `CHECK_COLUMNS`: `_problem` is "" for a usable row, or
+why the row cannot be trained (truncated as LLaMA-Factory truncates it, no response token is left), with
+`_file`/`_row` passed through so the build step can report and drop it like any other bad row.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ STAGE_COLUMNS = {
 }
 STAGE_COLUMNS["dpo"] = STAGE_COLUMNS["rm"]
 CHECK_COLUMNS = ("_problem", "_file", "_row")
-NO_ROOM = "prompt too long"
+TRUNCATED = "_truncated"
+NO_ROOM = "no room for a response"
 
 
 def split_budget(prompt_len: int, answer_len: int, budget: int) -> tuple[int, int]:
@@ -75,11 +77,11 @@ class Encoder:
         return prompt[:keep_p], answer[:keep_a]
 
     def room_problem(self, prompt_len: int, answer_keep: int) -> str:
-        """Why a preference row has no room for a response within cutoff_len ("" when it has)."""
-        if prompt_len < self.cutoff_len and answer_keep > 0:
+        """Why a preference row keeps no response token within cutoff_len ("" when it keeps one)."""
+        if answer_keep > 0:
             return ""
-        return (f"{NO_ROOM}: the prompt is {prompt_len} tokens, cutoff_len {self.cutoff_len} leaves no room "
-                "for a response")
+        return (f"{NO_ROOM}: the prompt is {prompt_len} tokens; cut to cutoff_len {self.cutoff_len} as LLaMA-Factory "
+                "cuts it, no response token is left")
 
     def supervised(self, message_ids: list[list[int]]) -> tuple[list[int], list[int]]:
         """ids and labels of a multi-turn conversation, truncated turn by turn within cutoff_len."""
@@ -111,10 +113,14 @@ class Encoder:
 def encode_sft(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch))
     pairs = [enc.supervised(ids) for ids in encoded]
-    if enc.packing:
-        return pack_examples(pairs, enc.cutoff_len)
+    whole = [sum(map(len, messages)) + len(enc.eos()) for messages in encoded]
+    truncated = [len(ids) < length for (ids, _), length in zip(pairs, whole, strict=True)]
+    if enc.packing:  # rows are packs of examples: the batch's count goes on its first row
+        out = pack_examples(pairs, enc.cutoff_len)
+        out[TRUNCATED] = [sum(truncated)] + [0] * (len(out["input_ids"]) - 1) if out["input_ids"] else []
+        return out
     return {"input_ids": [p[0] for p in pairs], "attention_mask": [[1] * len(p[0]) for p in pairs],
-            "labels": [p[1] for p in pairs]}
+            "labels": [p[1] for p in pairs], TRUNCATED: [int(t) for t in truncated]}
 
 
 def _with_checks(out: dict[str, list], batch: dict[str, list], problems: list[str]) -> dict[str, list]:
@@ -126,13 +132,15 @@ def _with_checks(out: dict[str, list], batch: dict[str, list], problems: list[st
 def encode_pairwise(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     chosen = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[:1] for r in batch["_response"]]))
     rejected = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[1:2] for r in batch["_response"]]))
-    out: dict[str, list] = {c: [] for c in STAGE_COLUMNS["rm"]}
+    out: dict[str, list] = {c: [] for c in (*STAGE_COLUMNS["rm"], TRUNCATED)}
     problems = []
     for c_ids, r_ids in zip(chosen, rejected, strict=True):
         prompt = [t for ids in c_ids[:-1] for t in ids]
         answers = {"chosen": c_ids[-1] + enc.eos(), "rejected": r_ids[-1] + enc.eos()}
-        keep_p, keep_a = split_budget(len(prompt), max(map(len, answers.values())), enc.cutoff_len)
+        longest = max(map(len, answers.values()))
+        keep_p, keep_a = split_budget(len(prompt), longest, enc.cutoff_len)  # one cut for both sides
         problems.append(enc.room_problem(len(prompt), keep_a))
+        out[TRUNCATED].append(int(keep_p < len(prompt) or keep_a < longest))
         for side, answer in answers.items():
             ids = prompt[:keep_p] + answer[:keep_a]
             out[f"{side}_input_ids"].append(ids)
@@ -147,7 +155,7 @@ def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     mismatched = responses[-1:] + responses[:-1]
     own = enc.template.encode_many(enc.tokenizer, enc.conversations(batch))
     other = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, mismatched))
-    out: dict[str, list] = {c: [] for c in STAGE_COLUMNS["kto"]}
+    out: dict[str, list] = {c: [] for c in (*STAGE_COLUMNS["kto"], TRUNCATED)}
     problems = []
     for ids, kl_ids, tag in zip(own, other, batch["_kto_tag"], strict=True):
         prompt_len = sum(len(m) for m in ids[:-1])
@@ -155,6 +163,8 @@ def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
             prompt, answer = enc.prompt_answer(message_ids)
             if not prefix:
                 problems.append(enc.room_problem(prompt_len, len(answer)))
+                full = prompt_len + len(message_ids[-1]) + len(enc.eos())
+                out[TRUNCATED].append(int(len(prompt) + len(answer) < full))
             out[f"{prefix}input_ids"].append(prompt + answer)
             out[f"{prefix}attention_mask"].append([1] * (len(prompt) + len(answer)))
             out[f"{prefix}labels"].append([IGNORE] * len(prompt) + answer)
@@ -167,7 +177,8 @@ def encode_ppo(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     responses = [r[:1] if len(r) == 1 else [{"role": "assistant", "content": ""}] for r in batch["_response"]]
     encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, responses))
     prompts = [enc.prompt_answer(ids)[0] for ids in encoded]
-    return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts]}
+    truncated = [int(len(p) < sum(map(len, ids[:-1]))) for p, ids in zip(prompts, encoded, strict=True)]
+    return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts], TRUNCATED: truncated}
 
 
 def encode_pt(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
@@ -177,14 +188,17 @@ def encode_pt(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     texts = [prompt[0]["content"] + (eos_text or "") for prompt in batch["_prompt"]]
     docs = batch_ids(tok, texts)
     bos = [tok.bos_token_id] if getattr(tok, "add_bos_token", False) and tok.bos_token_id is not None else []
-    if enc.packing:
+    if enc.packing:  # documents run on across blocks: nothing is lost
         stream = [t for doc in docs for t in doc]
         blocks = [stream[i:i + enc.cutoff_len] for i in range(0, len(stream), enc.cutoff_len)]
         if bos:
             blocks = [bos + b[1:] for b in blocks]
+        truncated = [0] * len(blocks)
     else:
         blocks = [(bos + doc)[:enc.cutoff_len] for doc in docs]
-    return {"input_ids": blocks, "attention_mask": [[1] * len(b) for b in blocks], "labels": [list(b) for b in blocks]}
+        truncated = [int(len(bos) + len(doc) > enc.cutoff_len) for doc in docs]
+    return {"input_ids": blocks, "attention_mask": [[1] * len(b) for b in blocks], "labels": [list(b) for b in blocks],
+            TRUNCATED: truncated}
 
 
 STAGE_ENCODERS = {"pt": encode_pt, "sft": encode_sft, "rm": encode_pairwise, "dpo": encode_pairwise,

@@ -106,8 +106,10 @@ def record_training(run: dict, config: RunConfig, trained: dict) -> None:
 
 
 def dataset_facts(dataset: dict) -> dict[str, float]:
-    """Row, token and dropped-row counts of the built dataset, as numbers runs can be compared on."""
-    facts = {f"data_{k}": dataset[k] for k in ("train_rows", "eval_rows", "tokens") if dataset.get(k) is not None}
+    """Row, token, truncated-row and dropped-row counts of the built dataset, as numbers runs can be compared
+    on."""
+    facts = {f"data_{k}": dataset[k] for k in ("train_rows", "eval_rows", "truncated_rows", "tokens")
+             if dataset.get(k) is not None}
     bad = dataset.get("bad_rows") or {}
     facts.update({f"data_bad_rows_{reason.replace(' ', '_')}": count for reason, count in bad.items()})
     return {k: float(v) for k, v in facts.items() if isinstance(v, (int, float))}

@@ -158,38 +158,58 @@ def test_fingerprint_imports_no_heavy_library(data_dir, tmp_path, char_tokenizer
 PAIR_ENTRY = {"ranking": True, "columns": {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}}
 
 
-@pytest.mark.parametrize("stage", ["dpo", "rm", "kto"])
-def test_prompts_that_fill_cutoff_len_are_bad_rows(tmp_path, make_config, stage):
-    """Found only after tokenization; reported with file and row, dropped and counted with skip."""
-    long_prompt = "p" * 40  # the empty template: 40 prompt tokens, cutoff_len 32
+def _preference_rows(stage: str, prompts: list[str], answer: str) -> tuple[list[dict], dict]:
     if stage == "kto":
-        rows = [{"instruction": q, "output": "a", "label": i % 2 == 0} for i, q in enumerate(["q", long_prompt, "q"])]
-        entry = {"columns": {"prompt": "instruction", "response": "output", "kto_tag": "label"}}
-    else:
-        rows = [{"instruction": q, "chosen": "yes", "rejected": "no"} for q in ["q", long_prompt, "q", "bad"]]
-        rows[3]["rejected"] = "yes"  # a row check (chosen equals rejected) as well
-        entry = PAIR_ENTRY
+        rows = [{"instruction": q, "output": answer, "label": i % 2 == 0} for i, q in enumerate(prompts)]
+        return rows, {"columns": {"prompt": "instruction", "response": "output", "kto_tag": "label"}}
+    return [{"instruction": q, "chosen": answer, "rejected": "n"} for q in prompts], PAIR_ENTRY
+
+
+@pytest.mark.parametrize("stage", ["dpo", "rm", "kto"])
+def test_long_prompts_are_cut_as_llamafactory_cuts_them_and_counted(tmp_path, make_config, stage):
+    """The empty template: a 40-token prompt and a short answer within cutoff_len 32 keep the whole answer and
+    the prompt's first tokens (LLaMA-Factory's infer_seqlen), and the row trains."""
+    rows, entry = _preference_rows(stage, ["q", "p" * 40, "q"], "yes")
+    write_dataset(tmp_path / "data", "p", rows, entry)
+    ref = build_dataset(make_config(dataset="p", stage=stage, cutoff_len=32))
+    assert ref["bad_rows"] == {} and ref["train_rows"] == 3 and ref["truncated_rows"] == 1
+    train = load_processed(ref)["train"]
+    assert not any(c.startswith("_") for c in train.column_names)
+    prefix = "" if stage == "kto" else "chosen_"
+    short, cut = train[0], train[1]
+    assert len(cut[f"{prefix}input_ids"]) == 32 and len(short[f"{prefix}input_ids"]) < 32
+    answer = [t for t in short[f"{prefix}labels"] if t != -100]
+    assert [t for t in cut[f"{prefix}labels"] if t != -100] == answer, "the answer is kept whole"
+    assert cut[f"{prefix}input_ids"][-len(answer):] == answer
+
+
+@pytest.mark.parametrize("stage", ["dpo", "rm", "kto"])
+def test_a_row_left_without_a_response_token_is_a_bad_row(tmp_path, make_config, stage):
+    """Only a prompt so long that the cut leaves no response token (700 prompt and 21 answer tokens in 32: the
+    answer's share, 32 x 21 / 721, rounds down to 0) is unusable: reported with file and row, dropped with skip."""
+    rows, entry = _preference_rows(stage, ["q", "p" * 700, "q"], "y" * 20)
     path = write_dataset(tmp_path / "data", "p", rows, entry)
     config = {"dataset": "p", "stage": stage, "cutoff_len": 32}
-    if stage != "kto":
-        with pytest.raises(DataError, match=f"{path}: row 4, column 'rejected': chosen equals rejected"):
-            build_dataset(make_config(**config))
-        write_dataset(tmp_path / "data", "p", rows[:3], entry)
-    with pytest.raises(DataError, match=f"{path}: row 2: prompt too long: the prompt is 40 tokens, cutoff_len 32"):
+    with pytest.raises(DataError, match=f"{path}: row 2: no room for a response: the prompt is 700 tokens"):
         build_dataset(make_config(**config))
     step = tmp_path / "cache" / "build-dataset"
     assert not step.exists() or not any(step.iterdir())
     ref = build_dataset(make_config(**config, on_bad_rows="skip"))
-    assert ref["bad_rows"] == {"prompt too long": 1} and ref["train_rows"] == 2
-    train = load_processed(ref)["train"]
-    assert not any(c.startswith("_") for c in train.column_names)
-    ids_column = "input_ids" if stage == "kto" else "chosen_input_ids"
-    assert all(len(row) < 32 for row in train[ids_column])
+    assert ref["bad_rows"] == {"no room for a response": 1} and ref["train_rows"] == 2
 
 
-def test_empty_after_dropping_prompts_that_are_too_long(tmp_path, make_config):
-    write_dataset(tmp_path / "data", "p", [{"instruction": "p" * 40, "chosen": "y", "rejected": "n"}], PAIR_ENTRY)
-    with pytest.raises(DataError, match=r"empty after encoding .*prompt too long': 1"):
+def test_sft_rows_cut_to_cutoff_len_are_counted(tmp_path, make_config):
+    rows = [{"instruction": "q", "output": "a"}, {"instruction": "q" * 40, "output": "a" * 40}]
+    write_dataset(tmp_path / "data", "s", rows, {})
+    ref = build_dataset(make_config(dataset="s", stage="sft", cutoff_len=32))
+    assert ref["truncated_rows"] == 1 and ref["bad_rows"] == {}
+    assert max(len(ids) for ids in load_processed(ref)["train"]["input_ids"]) == 32
+
+
+def test_empty_after_dropping_rows_without_room(tmp_path, make_config):
+    write_dataset(tmp_path / "data", "p", [{"instruction": "p" * 700, "chosen": "y" * 20, "rejected": "n" * 20}],
+                  PAIR_ENTRY)
+    with pytest.raises(DataError, match=r"empty after encoding .*no room for a response': 1"):
         build_dataset(make_config(dataset="p", stage="dpo", cutoff_len=32, on_bad_rows="skip"))
 
 
@@ -215,8 +235,8 @@ def test_preview_flags_rows_that_training_would_drop(tmp_path, make_config):
     from tuneline.data import preview
 
     rows = [{"instruction": "q", "chosen": "yes", "rejected": "no"},
-            {"instruction": "p" * 40, "chosen": "yes", "rejected": "no"}]
+            {"instruction": "p" * 700, "chosen": "y" * 20, "rejected": "n" * 20}]
     write_dataset(tmp_path / "data", "p", rows, PAIR_ENTRY)
     text = preview(make_config(dataset="p", stage="dpo", cutoff_len=32), n=2)
     assert "--- example 2 (dpo)" in text and text.count("bad row") == 1
-    assert "prompt too long: the prompt is 40 tokens" in text.split("--- example 2")[1]
+    assert "no room for a response: the prompt is 700 tokens" in text.split("--- example 2")[1]

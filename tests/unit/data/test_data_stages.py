@@ -107,7 +107,8 @@ def test_kto_pairs_each_prompt_with_another_rows_answer(char_tokenizer):
 
 def test_ppo_keeps_the_prompt_with_generation_prompt(char_tokenizer):
     out = encoder(char_tokenizer, "ppo")(batch(([user("q")], [], "", None)))
-    assert out == {"input_ids": [prompt_ids("q")], "attention_mask": [[1] * len(prompt_ids("q"))]}
+    assert out == {"input_ids": [prompt_ids("q")], "attention_mask": [[1] * len(prompt_ids("q"))],
+                   "_truncated": [0]}
 
 
 def test_pt_concatenates_with_eos_into_blocks(char_tokenizer):
