@@ -1,5 +1,10 @@
 """`tuneline export CONFIG`: merge LoRA adapters into the base and save a standalone model with its tokenizer.
 
+Given a training config, the trained model is exported: the adapter its `output_dir` holds merged into the base
+(on top of the adapters it was trained from), or the full model saved there. Given LLaMA-Factory's export config
+(`adapter_name_or_path`, no finished training in `output_dir`), those adapters are merged. With neither, there is
+nothing to export: a refusal, never the untouched base under a new name.
+
 Merging happens in fp32 on the CPU, whatever the training precision, so the merged weights are W + BA to float
 accuracy; the saved dtype is `infer_dtype`, or else the base model's own. The folder is written under a temporary
 name and renamed when whole; an existing `export_dir` is only replaced when an earlier export wrote it.
@@ -76,6 +81,26 @@ def _to_legacy_bin(folder: Path) -> None:
         index.unlink()
 
 
+def model_to_export(config: RunConfig) -> tuple[RunConfig, str | None]:
+    """The config that loads the model to export, and the finished training it comes from (None for the adapters
+    the config names)."""
+    from tuneline.evaluation.loading import ADAPTER_CONFIG, tuned_adapters
+    from tuneline.train.output_dir import read_run_file
+
+    out = Path(config.training.get("output_dir") or ".")
+    if (read_run_file(out) or {}).get("status") == "complete":
+        if (out / ADAPTER_CONFIG).is_file():  # the base, the adapters it was trained from, the trained one
+            trained = dataclasses.replace(config.model, adapter_name_or_path=",".join(tuned_adapters(config, str(out))))
+        else:  # full or freeze tuning saved the whole model (which holds any adapters it was trained from)
+            trained = dataclasses.replace(config.model, model_name_or_path=str(out), adapter_name_or_path=None)
+        return dataclasses.replace(config, model=trained), str(out)
+    if split_names(config.model.adapter_name_or_path):
+        return config, None
+    raise ConfigError(f"nothing to export: 'output_dir' '{out}' holds no finished training and no "
+                      "'adapter_name_or_path' is set; train with this config first (`tuneline train`), or name the "
+                      "adapters to merge with 'adapter_name_or_path'")
+
+
 def _merged_model(config: RunConfig, tokenizer):
     from tuneline.model.loader import load_model
 
@@ -91,6 +116,7 @@ def export_model(config: RunConfig) -> Path:
     from tuneline.model.tokenizer import load_tokenizer
 
     target = _check_export(config)
+    config, trained_in = model_to_export(config)
     tokenizer = load_tokenizer(config.model)
     model = _merged_model(config, tokenizer)
     model = model.to(_saved_dtype(config))
@@ -100,7 +126,7 @@ def export_model(config: RunConfig) -> Path:
     tokenizer.save_pretrained(str(tmp))
     if config.model.export_legacy_format:
         _to_legacy_bin(tmp)
-    record = {"model_name_or_path": config.model.model_name_or_path,
+    record = {"model_name_or_path": config.model.model_name_or_path, "trained_in": trained_in,
               "adapters": split_names(config.model.adapter_name_or_path), "dtype": str(model.dtype),
               "legacy_format": config.model.export_legacy_format}
     (tmp / EXPORT_RECORD).write_text(json.dumps(record, indent=2))

@@ -88,3 +88,25 @@ def test_export_needs_an_export_dir_and_a_free_folder(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="holds files that no earlier export wrote"):
         export_model(_config(tiny_model_dir, export_dir=str(tmp_path / "busy")))
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+
+
+def test_a_training_config_exports_what_the_training_saved(tiny_model_dir, adapters, batch, tmp_path):
+    """`tuneline export` given the training config: its output_dir's finished training is merged in (here the
+    second adapter stands for the one trained on top of the first, named by adapter_name_or_path)."""
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "out"
+    shutil.copytree(adapters[1], out)
+    config = _config(tiny_model_dir, adapter_name_or_path=adapters[0], create_new_adapter=True,
+                     output_dir=str(out), export_dir=str(tmp_path / "merged"))
+    (out / "run.json").write_text(json.dumps({"status": "running"}))
+    with pytest.raises(ConfigError, match="holds no finished training") as refused:
+        export_model(_config(tiny_model_dir, output_dir=str(out), export_dir=str(tmp_path / "merged")))
+    assert "adapter_name_or_path" in str(refused.value) and not (tmp_path / "merged").exists()
+    (out / "run.json").write_text(json.dumps({"status": "complete"}))
+    merged = AutoModelForCausalLM.from_pretrained(export_model(config))
+    assert (logits(merged, batch) - _reference_logits(tiny_model_dir, adapters, batch)).abs().max() < 1e-4
+    assert json.loads((tmp_path / "merged" / "tuneline_export.json").read_text())["trained_in"] == str(out)
