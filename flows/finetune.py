@@ -19,11 +19,14 @@ from prefect.settings import PREFECT_API_URL
 
 from flows.artifacts import publish_run_artifacts
 from flows.crash_detection import ensure_crash_detection
+from flows.user_errors import show_user_errors_without_traceback
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, train
 from tuneline.config import RunConfig, load_config
 from tuneline.errors import report_user_errors
 from tuneline.pipeline import keys, record
 from tuneline.pipeline.steps import reward_model_overrides
+
+show_user_errors_without_traceback()
 
 
 def _flow_run_name() -> str:

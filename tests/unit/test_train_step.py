@@ -109,3 +109,27 @@ def test_a_resumed_childs_log_is_read_from_its_start_and_the_killed_ones_tail_ne
         entries = follower.new_entries()
         assert [e["current_steps"] for e in entries] == list(range(1, 10)), entries
         assert entries[5]["loss"] == 2.0 / 6  # step 6 as trained again
+
+
+def test_only_a_crashed_training_is_retried(tmp_path):
+    """Real processes, started as the train step starts its training: killed by a signal (as the out-of-memory
+    killer does), directly and behind `accelerate launch`, is a crash; a Python error is not (the same code fails
+    the same way), nor is a user's error the child reports."""
+    from tuneline.pipeline.launch import ACCELERATE_LAUNCH, TrainingFailed, run_streaming
+    from tuneline.pipeline.train_step import worth_retrying
+
+    killed = tmp_path / "killed.py"
+    killed.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    launched = [*ACCELERATE_LAUNCH, "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no",
+                "--dynamo_backend", "no"]
+    cases = {
+        "killed": ([sys.executable, str(killed)], True),
+        "killed behind accelerate launch": ([*launched, str(killed)], True),
+        "a bug": ([sys.executable, "-c", "raise RuntimeError('a bug')"], False),
+        "a user's error": ([sys.executable, "-c", "import sys; print('tuneline: error: bad key'); sys.exit(2)"], False),
+    }
+    for name, (cmd, retried) in cases.items():
+        with pytest.raises(TrainingFailed) as failed:
+            run_streaming(cmd, None, lambda line: None)
+        assert worth_retrying(failed.value) is retried, (name, failed.value.tail[-3:])
+    assert worth_retrying(ValueError("raised in the flow's own process")) is False

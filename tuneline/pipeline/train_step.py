@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tuneline.config import RunConfig, dump_config
-from tuneline.errors import UserError
 from tuneline.pipeline.follow_log import TrainerLogReader
 from tuneline.pipeline.launch import TrainingFailed, launch_command, run_streaming
 from tuneline.training_contract import ERROR_PREFIX, LOG_FILE, TRAIN_KEY_ENV
@@ -34,11 +34,17 @@ def training_complete(output_dir: str | Path, key: str) -> bool:
         return False
 
 
+# How a crashed training shows in its launcher's last lines: a process killed by a signal (accelerate's launcher,
+# torch's elastic agent), or out of memory.
+CRASH_SIGNS = re.compile(r"died with <Signals\.|exitcode\s*:\s*-\d|Signal \d+ \(SIG|out of memory|OutOfMemoryError")
+
+
 def worth_retrying(error: BaseException) -> bool:
-    """A crash (killed, out of memory, a lost device) may pass on a retry; an error the user must fix will not."""
-    if isinstance(error, UserError) and not isinstance(error, TrainingFailed):
+    """Only a crash (a signal: out of memory, a lost machine, a stop) may pass on a retry. An error in the config,
+    the data or the code fails the same way again, so it is not retried."""
+    if not isinstance(error, TrainingFailed) or ERROR_PREFIX in str(error):
         return False
-    return ERROR_PREFIX not in str(error)  # the child printed a user error: the same config fails the same way
+    return error.returncode < 0 or any(CRASH_SIGNS.search(line) for line in error.tail)
 
 
 def start_over(output_dir: Path) -> None:
