@@ -16,6 +16,7 @@ import sys
 
 from tuneline.config import load_config
 from tuneline.errors import UserError, report_user_errors
+from tuneline.preflight import checked_config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,14 +41,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _train(args) -> int:
     overrides = [*args.overrides, *(["refresh_cache=true"] if args.no_cache else [])]
-    load_config(args.config, overrides)  # a bad config fails at once, before Prefect is even imported
+    checked_config(args.config, overrides)  # a run that cannot work fails at once, before Prefect is even imported
     from flows.finetune import main as run_finetune
 
     return run_finetune([args.config, *overrides])
 
 
 def _validate(args) -> int:
-    config = load_config(args.config, args.overrides)
+    config = checked_config(args.config, args.overrides)
     print(f"{args.config}: valid ({config.run_name}; output_dir {config.output_dir})")
     if not config.has_validation:
         from tuneline.evaluation import NO_VALIDATION

@@ -25,6 +25,7 @@ from tuneline.config import RunConfig, load_config
 from tuneline.errors import report_user_errors
 from tuneline.pipeline import keys, record
 from tuneline.pipeline.steps import reward_model_overrides
+from tuneline.preflight import checked_config
 
 show_user_errors_without_traceback()
 
@@ -47,7 +48,7 @@ def _cache_options(config: RunConfig) -> dict:
 
 @flow(name="finetune", flow_run_name=_flow_run_name)
 def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
-    config = load_config(config_path, overrides)
+    config = checked_config(config_path, overrides)
     if PREFECT_API_URL.value():  # a lasting server: it marks this run Crashed if its process dies
         ensure_crash_detection()
     if config.pipeline.reward_model_config:  # ppo: its reward model is trained (or found cached) first
@@ -82,7 +83,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m flows.finetune CONFIG [key=value ...]", file=sys.stderr)
         return 2
     config_path, overrides = argv[0], argv[1:]
-    load_config(config_path, overrides)
+    checked_config(config_path, overrides)
     print(json.dumps(finetune(config_path, overrides), indent=2, default=str))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None,
-                check_paths: bool = True) -> RunConfig:
-    """Parse, type and validate a config; raise ConfigError listing every problem."""
+                check_paths: bool = True, more_checks: Callable[[RunConfig], list[str]] | None = None) -> RunConfig:
+    """Parse, type and validate a config; raise ConfigError listing every problem, those `more_checks` finds
+    too (checks that need more than the config package knows, such as tuneline.preflight's)."""
     raw = read_yaml(path) if path else {}
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
@@ -88,7 +90,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
             problems.append(problem)
     config = RunConfig(**{g: GROUPS[g](**v) for g, v in values.items()}, training=training, source=source)
     _fill_derived(config)
-    problems += check_combinations(config, check_paths=check_paths)
+    problems += check_combinations(config, check_paths=check_paths) + (more_checks(config) if more_checks else [])
     if problems:
         raise ConfigError(problems, source=source)
     return config

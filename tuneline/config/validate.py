@@ -14,8 +14,42 @@ from tuneline.errors import did_you_mean
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+# Numeric keys and the values they allow (None: unbounded); a key left unset (None) is not checked.
+RANGES: dict[str, tuple[float | None, float | None, str]] = {
+    **{key: (1, None, "at least 1") for key in (
+        "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "max_samples",
+        "num_processes", "preprocessing_batch_size", "preprocessing_num_workers", "eval_max_new_tokens",
+        "max_new_tokens", "lora_alpha", "ppo_epochs", "ppo_buffer_size", "save_total_limit", "num_beams",
+        "export_size")},
+    **{key: (0, None, "at least 0") for key in (
+        "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "eval_max_samples", "pref_ftx",
+        "dataloader_num_workers", "kto_chosen_weight", "kto_rejected_weight")},
+    **{key: (1e-12, None, "above 0") for key in (
+        "num_train_epochs", "pref_beta", "logging_steps", "save_steps", "eval_steps", "temperature",
+        "repetition_penalty")},
+    "warmup_ratio": (0, 1, "between 0 and 1"),
+    "lora_dropout": (0, 0.999999, "at least 0 and below 1"),
+    "top_p": (1e-12, 1, "above 0 and at most 1"),
+}
+
+
+def check_ranges(config: RunConfig) -> list[str]:
+    """Every numeric key within what it allows; `max_steps` is -1 (train for num_train_epochs) or at least 1."""
+    flat = config.flat()
+    problems = []
+    for key, (low, high, allowed) in RANGES.items():
+        value = flat.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                (low is not None and value < low) or (high is not None and value > high)):
+            problems.append(f"'{key}' is {value}; it must be {allowed}")
+    steps = flat.get("max_steps")
+    if isinstance(steps, int) and steps != -1 and steps < 1:
+        problems.append(f"'max_steps' is {steps}; use -1 (train for num_train_epochs) or a step count of at least 1")
+    return problems
+
+
 def check_combinations(config: RunConfig, check_paths: bool = True) -> list[str]:
-    problems = _check_keys(config)
+    problems = _check_keys(config) + check_ranges(config)
     if check_paths:
         problems += check_model_paths(config) + check_reward_model_config(config)
         problems += check_datasets(config)

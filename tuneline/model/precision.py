@@ -6,11 +6,11 @@ runs on a laptop and a cluster; `bf16` / `fp16` in the config override it.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 from tuneline.config import RunConfig
 from tuneline.errors import ConfigError, UserError
+from tuneline.requirements import flash_attention_problem, quantization_problem
 
 PRECISION_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 INFER_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -50,12 +50,8 @@ def attention_kwargs(config: RunConfig, is_trainable: bool = False) -> dict:
     """attn_implementation for from_pretrained; flash_attention_2 only where it can run; packed sft training on
     CPU gets sdpa run per packed example (same results, see `tuneline.model.packed_attention`)."""
     name = config.model.attn_implementation
-    if name == "flash_attention_2":
-        if importlib.util.find_spec("flash_attn") is None:
-            raise UserError("'attn_implementation: flash_attention_2' (or 'flash_attn: fa2') needs the flash-attn "
-                            "package, which is not installed: `pip install flash-attn`, or use 'sdpa'")
-        if not _cuda_available():
-            raise UserError("'attn_implementation: flash_attention_2' needs a CUDA GPU and none is visible; use 'sdpa'")
+    if name == "flash_attention_2" and (problem := flash_attention_problem(_cuda_available())):
+        raise UserError(problem)
     if name == "sdpa" and is_trainable and trains_packed_sft_on_cpu(config):
         from tuneline.model.packed_attention import register_packed_sdpa
 
@@ -81,11 +77,8 @@ def quantization_kwargs(config: RunConfig, dtype) -> dict:
     if config.finetuning.finetuning_type != "lora":
         raise ConfigError(f"'quantization_bit: {bits}' trains only LoRA adapters; it conflicts with "
                           f"'finetuning_type: {config.finetuning.finetuning_type}'")
-    if not _cuda_available():
-        raise UserError(f"'quantization_bit: {bits}' quantizes through bitsandbytes, which needs a CUDA GPU, and "
-                        "none is visible here; remove 'quantization_bit' to train in full precision")
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise UserError(f"'quantization_bit: {bits}' needs the bitsandbytes package: `pip install bitsandbytes`")
+    if problem := quantization_problem("quantization_bit", bits, _cuda_available()):
+        raise UserError(problem)
     from transformers import BitsAndBytesConfig
 
     if bits == 8:

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from tuneline.devices import gpu_count
 from tuneline.errors import UserError
 from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
 
@@ -40,41 +41,6 @@ def error_lines(tail: list[str]) -> list[str]:
             return message[:ends[0]] if ends else message  # not the launcher's own traceback after it
     starts = [i for i, line in enumerate(tail) if line.startswith("Traceback")]
     return tail[starts[-1]:] if starts else tail[-15:]
-
-
-def gpu_count() -> int:
-    """Visible CUDA devices, counted without importing torch into the flow's process.
-
-    CUDA_VISIBLE_DEVICES says it when set; else NVIDIA's management library counts the devices (torch asks it
-    too under PYTORCH_NVML_BASED_CUDA_CHECK). Without that library there is no NVIDIA driver, so no CUDA device,
-    unless this is a ROCm machine (/dev/kfd), where torch is asked.
-    """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    try:
-        counted = _nvml_device_count()
-    except OSError:  # no NVML library: no NVIDIA driver
-        counted = None if os.path.exists("/dev/kfd") else 0
-    if counted is not None:
-        return counted
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def _nvml_device_count() -> int | None:
-    """Devices NVML sees; OSError without its library, None when it will not answer (then torch decides)."""
-    import ctypes
-
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    if nvml.nvmlInit_v2() != 0:
-        return None
-    try:
-        count = ctypes.c_uint(0)
-        return count.value if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else None
-    finally:
-        nvml.nvmlShutdown()
 
 
 def launch_command(config, config_path: Path | str, dataset_path: str | None = None) -> list[str]:

@@ -1,0 +1,46 @@
+"""What a config needs from the machine and its installed packages, said the same way wherever it is checked:
+before anything starts (on the machine that starts the run) and where a model loads (on the one that trains)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+
+def installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+def quantization_problem(key: str, bits: int | None, cuda: bool) -> str | None:
+    if bits is None:
+        return None
+    if not cuda:
+        return (f"'{key}: {bits}' quantizes through bitsandbytes, which needs a CUDA GPU, and none is visible here; "
+                f"remove '{key}' to train in full precision")
+    if not installed("bitsandbytes"):
+        return f"'{key}: {bits}' needs the bitsandbytes package: `pip install bitsandbytes`"
+    return None
+
+
+def flash_attention_problem(cuda: bool) -> str | None:
+    if not installed("flash_attn"):
+        return ("'attn_implementation: flash_attention_2' (or 'flash_attn: fa2') needs the flash-attn package, which "
+                "is not installed: `pip install flash-attn`, or use 'sdpa'")
+    if not cuda:
+        return "'attn_implementation: flash_attention_2' needs a CUDA GPU and none is visible; use 'sdpa'"
+    return None
+
+
+def missing_requirements(config, cuda: bool) -> list[str]:
+    """Every package or device this config needs and this machine lacks; `cuda`: whether training gets a GPU."""
+    problems = [quantization_problem("quantization_bit", config.model.quantization_bit, cuda),
+                quantization_problem("ref_model_quantization_bit", config.finetuning.ref_model_quantization_bit, cuda)]
+    if config.model.attn_implementation == "flash_attention_2":
+        problems.append(flash_attention_problem(cuda))
+    if config.training.get("fp16") and not cuda:
+        problems.append("'fp16: true' needs a CUDA GPU and none is visible; on CPU use 'bf16: true' or neither")
+    if config.training.get("deepspeed") and not installed("deepspeed"):
+        problems.append(f"'deepspeed: {config.training['deepspeed']}' needs the deepspeed package, which is not "
+                        "installed: `pip install -e '.[deepspeed]'`, or remove 'deepspeed'")
+    if config.finetuning.use_badam and not installed("badam"):
+        problems.append("'use_badam: true' needs the badam package: `pip install -e '.[badam]'`")
+    return [problem for problem in problems if problem]
