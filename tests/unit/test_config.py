@@ -1,5 +1,6 @@
 """Config parsing: LLaMA-Factory keys, overrides, and one clear message for every kind of bad config."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,20 @@ def test_validate_says_up_front_when_a_run_will_not_be_evaluated(tmp_path, capsy
     assert "will not be evaluated" not in capsys.readouterr().out
     assert cli_main(["validate", str(write(tmp_path, BASE + data + "eval_strategy: steps\n"))]) == 2
     assert "'eval_strategy: steps' evaluates during training" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line, named", [
+    ("streaming: true", "'streaming: true' is not supported"),
+    ("buffer_size: 100", "'buffer_size: 100' only applies to 'streaming'"),
+    ("export_device: auto", "'export_device: auto'"),
+    ("pref_loss: hinge\ndpo_label_smoothing: 0.1", "'dpo_label_smoothing: 0.1' smooths the sigmoid loss"),
+    ("report_to: wandb", "'report_to: wandb'"),
+    ("enable_thinking: false", "'enable_thinking: False' is a LLaMA-Factory option tuneline does not support"),
+])
+def test_a_key_tuneline_would_not_honour_is_refused_not_ignored(tmp_path, line, named):
+    from tuneline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_config(write(tmp_path, BASE + line + "\n"), check_paths=False)
+    for accepted in ("report_to: none", "report_to: mlflow", "enable_thinking: true", "export_device: cpu"):
+        load_config(write(tmp_path, BASE + accepted + "\n"), check_paths=False)

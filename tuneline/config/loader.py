@@ -82,8 +82,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
             if not problem:
                 training[key] = converted
         elif key in UNSUPPORTED_KEYS:
-            problem = None if not value or value == UNSUPPORTED_KEYS[key] else (
-                f"'{key}: {value}' is a LLaMA-Factory option tuneline does not support; remove it")
+            problem = None if value == UNSUPPORTED_KEYS[key] else (  # its default is what tuneline does anyway
+                f"'{key}: {value}' is a LLaMA-Factory option tuneline does not support (only its default, "
+                f"{UNSUPPORTED_KEYS[key]!r}, is accepted); remove it")
         else:
             problem = f"unknown key '{key}'{did_you_mean(key, ALL_KEYS)}"
         if problem:

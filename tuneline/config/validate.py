@@ -96,6 +96,7 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'val_size' is {data.val_size}; use a fraction in (0, 1) or a whole row count")
     if tr.get("do_train", True) and not data.dataset and ft.stage != "ppo":
         problems.append("'dataset' is required for training: name one or more entries of dataset_info.json")
+    problems += _accepted_but_not_built(config)
     for key in ("load_best_model_at_end", "early_stopping_steps"):
         if (tr.get(key) or getattr(ft, key, None)) and not config.has_validation:
             problems.append(f"'{key}' needs an evaluation split: set 'val_size' or 'eval_dataset'")
@@ -106,6 +107,33 @@ def _check_keys(config: RunConfig) -> list[str]:
     if ft.early_stopping_steps and (tr.get("eval_strategy") or tr.get("evaluation_strategy") or "no") == "no":
         problems.append(f"'early_stopping_steps: {ft.early_stopping_steps}' counts evaluations, but none run: set "
                         "'eval_strategy: steps' (with 'eval_steps') or 'eval_strategy: epoch'")
+    return problems
+
+
+REPORTS_TO = ("none", "mlflow")  # tuneline records every run in MLflow itself
+
+
+def _accepted_but_not_built(config: RunConfig) -> list[str]:
+    """LLaMA-Factory keys with a value that would change what runs, where tuneline does not do that: refused,
+    never ignored."""
+    data, ft, problems = config.data, config.finetuning, []
+    if data.streaming:
+        problems.append("'streaming: true' is not supported: tuneline tokenizes and caches the whole dataset, keyed by "
+                        "its content; remove it (use 'max_samples' to train on part of a dataset)")
+    if data.buffer_size != 16384 and not data.streaming:
+        problems.append(f"'buffer_size: {data.buffer_size}' only applies to 'streaming', which tuneline does not do; "
+                        "remove it")
+    if config.model.export_device != "cpu":
+        problems.append(f"'export_device: {config.model.export_device}': `tuneline export` merges on the CPU in float32, "
+                        "so that the merged weights are exact; remove it")
+    if ft.dpo_label_smoothing and ft.pref_loss != "sigmoid":
+        problems.append(f"'dpo_label_smoothing: {ft.dpo_label_smoothing}' smooths the sigmoid loss (cDPO) only; with "
+                        f"'pref_loss: {ft.pref_loss}' remove it, or use 'pref_loss: sigmoid'")
+    reports = config.training.get("report_to")
+    names = [reports] if isinstance(reports, str) else list(reports or [])
+    if any(name not in REPORTS_TO for name in names):
+        problems.append(f"'report_to: {reports}': tuneline records the run in MLflow (and Prefect) itself and reports "
+                        f"nowhere else; remove it, or use one of {', '.join(REPORTS_TO)}")
     return problems
 
 

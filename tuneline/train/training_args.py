@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
 from tuneline.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 
 def _group_by_length(value: Any) -> dict[str, Any]:
@@ -44,9 +41,7 @@ def translate_training_keys(training: dict[str, Any]) -> dict[str, Any]:
                     kwargs.setdefault(new_key, value)  # the new name wins over the legacy one
                 else:
                     kwargs[new_key] = value
-    if kwargs.get("report_to") not in (None, "none", [], ["none"]):
-        log.warning("report_to=%s ignored: tuneline logs to MLflow itself", kwargs["report_to"])
-    kwargs["report_to"] = "none"
+    kwargs["report_to"] = "none"  # the config allows none or mlflow, and the training logs to MLflow itself
     kwargs["remove_unused_columns"] = False  # our datasets are tokenized already; every column is an input
     kwargs.setdefault("include_num_input_tokens_seen", "non_padding")  # trained tokens for throughput
     kwargs.setdefault("ddp_find_unused_parameters", False)
