@@ -21,6 +21,16 @@ COLUMN_KEYS = ("prompt", "query", "response", "history", "messages", "system", "
                "kto_tag")
 TAG_KEYS = ("role_tag", "content_tag", "user_tag", "assistant_tag", "observation_tag", "function_tag", "system_tag")
 SOURCE_KEYS = ("file_name", "hf_hub_url")
+# Every key an entry may hold; `file_sha1` is a checksum LLaMA-Factory no longer checks, and neither do we.
+ENTRY_KEYS = (*SOURCE_KEYS, "formatting", "ranking", "subset", "split", "revision", "num_samples", "columns", "tags",
+              "file_sha1")
+NOT_SUPPORTED = {  # LLaMA-Factory's entry keys that tuneline does not implement, and what to do instead
+    "ms_hub_url": "download the ModelScope dataset and name the file with 'file_name'",
+    "om_hub_url": "download the Modelers dataset and name the file with 'file_name'",
+    "script_url": "save the data as JSON, JSONL, CSV or Parquet and name it with 'file_name'",
+    "cloud_file_name": "download the file and name it with 'file_name'",
+    "folder": "use 'subset', or download the folder and name it with 'file_name'",
+}
 
 
 @dataclass
@@ -106,7 +116,9 @@ def parse_entry(name: str, entry: Any) -> DatasetAttr:
     source = "hf_hub" if "hf_hub_url" in entry else "file"
     location = str(entry["hf_hub_url" if source == "hf_hub" else "file_name"])
     attr = DatasetAttr(name=name, source=source, location=location, entry=entry)
-    problems = []
+    problems = [f"dataset '{name}': '{key}' is not supported: {NOT_SUPPORTED[key]}" if key in NOT_SUPPORTED else
+                f"dataset '{name}': unknown key '{key}'{did_you_mean(key, ENTRY_KEYS)}"
+                for key in entry if key not in ENTRY_KEYS]
     for key in ("formatting", "ranking", "subset", "split", "revision", "num_samples"):
         if entry.get(key) is not None:
             setattr(attr, key, entry[key])

@@ -323,3 +323,16 @@ def test_examples_remember_their_file_and_row(tmp_path, make_config):
                                                   {"instruction": "q3", "output": "a"}])
     got = examples(make_config, "a").per_dataset[0]
     assert [(e["_file"], e["_row"]) for e in got] == [(str(path), 1), (str(path), 3)]
+
+
+def test_every_key_of_a_dataset_info_entry_is_honoured_or_refused():
+    """A typo is not read as the default ('formating: sharegpt' would have loaded as alpaca), and a key tuneline
+    does not implement is named with what to do instead; LLaMA-Factory's unchecked file_sha1 passes."""
+    from tuneline.data.registry import parse_entry
+    from tuneline.errors import DataError
+
+    with pytest.raises(DataError, match="dataset 'd': unknown key 'formating'; did you mean 'formatting'"):
+        parse_entry("d", {"file_name": "a.json", "formating": "sharegpt"})
+    with pytest.raises(DataError, match="dataset 'd': 'folder' is not supported: use 'subset'"):
+        parse_entry("d", {"hf_hub_url": "org/data", "folder": "part"})
+    assert parse_entry("d", {"file_name": "a.json", "file_sha1": "abc", "formatting": "sharegpt"}).formatting == "sharegpt"
