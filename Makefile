@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: $(STAMP) lint
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q tests
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=15 tests
 
 clean:
 	rm -rf $(VENV) .tuneline demo_output mlflow.db mlruns

@@ -152,24 +152,6 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert log[0]["current_steps"] <= 2, "a forced rerun trains from the start, it does not resume"
 
 
-@pytest.mark.slow
-def test_without_a_validation_split_the_flow_completes_and_says_it_was_not_evaluated(prefect_api, workdir):
-    """LLaMA-Factory's examples hold out no validation split: such a run trains, and is simply not evaluated."""
-    from mlflow import MlflowClient
-
-    root, config_path = workdir
-    out = root / "no_validation"
-    result, states = run_flow(config_path, ["eval_dataset=null", f"output_dir={out}", "max_steps=4",
-                                            "mlflow_registered_model=null"])
-    assert set(states) == STEPS and result["base"] == result["tuned"] == {}
-    assert "Not evaluated: no validation split" in (out / "README.md").read_text()
-    summary = flow_artifacts(result["flow_run_id"])["run-summary"]
-    assert "Not evaluated: no validation split" in summary and "| rows truncated to cutoff_len 64 |" in summary
-    run = MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_run(result["mlflow_run_id"])
-    assert run.data.tags["tuneline.evaluation"].startswith("skipped: no validation split")
-    assert "data_truncated_rows" in run.data.metrics
-
-
 def task_logs(flow_run_id, task_name: str) -> list[str]:
     """The messages the Prefect API holds for one task of a flow run, page by page."""
     from prefect.client.orchestration import get_client

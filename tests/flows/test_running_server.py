@@ -118,10 +118,14 @@ def client_env(url: str, root: Path, **extra: str) -> dict:
 
 def test_a_deployment_served_by_serve_py_runs_the_flow_and_a_second_run_is_all_cached(
         prefect_server, tmp_path, tiny_model_dir):
-    config = tiny_config(tmp_path, tiny_model_dir)
+    """The config holds out no validation split, as LLaMA-Factory's examples do: the run trains and completes, and
+    says everywhere that it was not evaluated."""
+    config = tiny_config(tmp_path, tiny_model_dir, eval_dataset=None)
     spec = {"deployments": [{"name": "tiny-sft", "entrypoint": "flows/finetune.py:finetune", "tags": ["tuneline"],
                              "parameters": {"config_path": str(config), "overrides": []}}]}
     (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(spec))
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
     env = client_env(prefect_server, tmp_path, PREFECT_RUNNER_POLL_FREQUENCY="1")
     with open(tmp_path / "serve.log", "wb") as log:
         serving = subprocess.Popen([sys.executable, "deployments/serve.py", str(tmp_path / "prefect.yaml")],
@@ -141,6 +145,10 @@ def test_a_deployment_served_by_serve_py_runs_the_flow_and_a_second_run_is_all_c
             assert finished.state.is_completed(), (tmp_path / "serve.log").read_text()[-4000:]
             states = task_states(prefect_server, started.id)
             assert set(states) == STEPS and all(set(s) == {expected} for s in states.values()), states
+        summary = api(prefect_server, lambda c: c.read_artifacts(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[started.id]))))
+        summary = next(a.data for a in summary if a.key == "run-summary")
+        assert "Not evaluated: no validation split" in summary and "| rows truncated to cutoff_len 64 |" in summary
     finally:
         serving.terminate()
         serving.wait(timeout=60)
@@ -150,12 +158,22 @@ def test_a_deployment_served_by_serve_py_runs_the_flow_and_a_second_run_is_all_c
     [run] = client.search_runs([client.get_experiment_by_name("served").experiment_id])
     assert len(run.data.tags["tuneline.flow_run_ids"].split(",")) == 2, "both served runs recorded in one MLflow run"
     assert run.data.tags["prefect.flow_run_url"].startswith("http://127.0.0.1")
+    assert run.data.tags["tuneline.evaluation"].startswith("skipped: no validation split")
+    assert "data_truncated_rows" in run.data.metrics and "final_eval_loss" not in run.data.metrics
+    assert "Not evaluated: no validation split" in (tmp_path / "out" / "README.md").read_text()
 
 
 def test_a_killed_run_is_marked_crashed_by_prefect(prefect_server, tmp_path, tiny_model_dir):
-    """SIGKILL leaves no word to the server; the flow's heartbeats stop, and the automation the flow installed on
-    its server (flows.crash_detection) marks the run Crashed after three missed ones."""
+    """SIGKILL leaves no word to the server; the flow's heartbeats stop, and the automation of
+    flows.crash_detection marks the run Crashed after three missed ones. The flow installs it itself (the flow tests
+    check that); here it is installed first, so that the run's first heartbeat already counts."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    from flows.crash_detection import ensure_crash_detection
+
+    with temporary_settings({PREFECT_API_URL: prefect_server, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 30}):
+        ensure_crash_detection()
 
     config = tiny_config(tmp_path, tiny_model_dir, run_name="killed-mid-training", max_steps=100000, save_steps=5)
     env = client_env(prefect_server, tmp_path, PREFECT_FLOWS_HEARTBEAT_FREQUENCY="30")
@@ -168,7 +186,6 @@ def test_a_killed_run_is_marked_crashed_by_prefect(prefect_server, tmp_path, tin
         while not checkpoint.is_dir():
             assert flow.poll() is None and time.monotonic() - started < 300, "no training to kill"
             time.sleep(0.5)
-        time.sleep(max(0.0, 35 - (time.monotonic() - started)))  # a heartbeat after the flow installed the automation
         by_name = FlowRunFilter(name=FlowRunFilterName(any_=["killed-mid-training"]))
         [running] = api(prefect_server, lambda c: c.read_flow_runs(flow_run_filter=by_name))
         assert running.state.is_running()

@@ -197,7 +197,8 @@ def test_the_final_evaluation_reuses_the_loops_evaluation_of_the_same_weights(ti
         def on_evaluate(self, args, state, control, **kwargs):
             self.steps.append(state.global_step)
 
-    config = make_config(tiny_model_dir, tmp_path / "out", max_steps=max_steps, eval_strategy="steps", eval_steps=2)
+    config = make_config(tiny_model_dir, tmp_path / "out", max_steps=max_steps, eval_strategy="steps", eval_steps=2,
+                         eval_dataset="demo_sft_eval")
     trainer, spec = build(config, "sft", tokenizer)
     counter = CountEvaluations()
     trainer.add_callback(counter)
