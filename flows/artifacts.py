@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from tuneline.config import RunConfig
+from tuneline.evaluation import not_evaluated
 from tuneline.pipeline.record import run_link
 
 
@@ -25,7 +26,7 @@ def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval
     base, tuned = base_eval.get("metrics", {}), tuned_eval.get("metrics", {})
     rows = [{"metric": k, "base": _fmt(base.get(k, "")), "tuned": _fmt(tuned.get(k, ""))}
             for k in sorted(set(base) | set(tuned))]
-    skipped = tuned_eval.get("skipped") or base_eval.get("skipped")
+    skipped = not_evaluated(tuned_eval, base_eval)
     if skipped:
         evaluation = f"Not evaluated: {skipped}.\n"
     else:

@@ -40,11 +40,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
-    overrides = [*args.overrides, *(["refresh_cache=true"] if args.no_cache else [])]
-    checked_config(args.config, overrides)  # a run that cannot work fails at once, before Prefect is even imported
-    from flows.finetune import main as run_finetune
+    from flows.finetune import main as run_finetune  # it checks the config before Prefect starts a run
 
-    return run_finetune([args.config, *overrides])
+    return run_finetune([args.config, *args.overrides, *(["refresh_cache=true"] if args.no_cache else [])])
 
 
 def _validate(args) -> int:

@@ -36,8 +36,6 @@ def _check_export(config: RunConfig) -> Path:
     if margs.quantization_bit is not None:
         problems.append(f"'quantization_bit: {margs.quantization_bit}' cannot be exported: adapters do not merge "
                         "into quantized weights; remove 'quantization_bit' to merge into the full-precision base")
-    if margs.export_size < 1:
-        problems.append(f"'export_size' is {margs.export_size}; it is the shard size in GB, at least 1")
     target = Path(margs.export_dir or ".").expanduser()
     if margs.export_dir and target.exists() and any(target.iterdir()) and not (target / EXPORT_RECORD).is_file():
         problems.append(f"'export_dir' '{target}' holds files that no earlier export wrote; choose a new or empty "

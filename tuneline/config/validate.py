@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from tuneline.config.args import DataArgs
 from tuneline.config.run_config import RunConfig
 from tuneline.errors import did_you_mean
 
@@ -120,7 +121,7 @@ def _accepted_but_not_built(config: RunConfig) -> list[str]:
     if data.streaming:
         problems.append("'streaming: true' is not supported: tuneline tokenizes and caches the whole dataset, keyed by "
                         "its content; remove it (use 'max_samples' to train on part of a dataset)")
-    if data.buffer_size != 16384 and not data.streaming:
+    if data.buffer_size != DataArgs.buffer_size and not data.streaming:
         problems.append(f"'buffer_size: {data.buffer_size}' only applies to 'streaming', which tuneline does not do; "
                         "remove it")
     if config.model.export_device != "cpu":

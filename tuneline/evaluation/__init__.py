@@ -12,7 +12,8 @@ from tuneline.evaluation.cached import (
     eval_fingerprint,
     evaluate_model,
     model_content_key,
+    not_evaluated,
 )
 
 __all__ = ["EVAL_METRICS", "EVAL_PREDICTIONS", "NO_VALIDATION", "eval_fingerprint", "evaluate_model",
-           "model_content_key"]
+           "model_content_key", "not_evaluated"]

@@ -42,6 +42,11 @@ NO_VALIDATION = ("no validation split: set `val_size` (e.g. 0.1) or `eval_datase
 PPO_EVAL_KEYS = ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty")
 
 
+def not_evaluated(*evaluations: dict) -> str | None:
+    """Why these evaluate-step results hold no metrics (the first reason given), or None when they were scored."""
+    return next((ref["skipped"] for ref in evaluations if ref.get("skipped")), None)
+
+
 def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
     """Key of one evaluation result."""
     reward_model = reward_model_fingerprint(config, memo_dir(config))  # memoised: a large reward model is read once

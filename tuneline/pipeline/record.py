@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tuneline import tracking
 from tuneline.config import RunConfig
-from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS
+from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, not_evaluated
 from tuneline.pipeline import keys
 from tuneline.train.predict import PREDICTIONS_FILE
 from tuneline.training_contract import METRICS_SPOOL_DIR
@@ -159,7 +159,7 @@ def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: di
     if fresh:  # the answers first: a run that has the metrics has them (a cached rerun uploads nothing)
         record_evaluations(run, {"base": base_eval, "tuned": tuned_eval})
         tracking.log_metrics(run_id, fresh, tracking_uri=uri)
-    skipped = tuned_eval.get("skipped") or base_eval.get("skipped")
+    skipped = not_evaluated(tuned_eval, base_eval)
     tracking.add_tags(run_id, {EVALUATION_TAG: f"skipped: {skipped}" if skipped else "done"}, tracking_uri=uri)
     version = tracking.get_run_tags(uri, run_id).get(REGISTERED_TAG)
     if config.pipeline.mlflow_registered_model and version is None:  # a cached rerun registers nothing new

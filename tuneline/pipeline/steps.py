@@ -46,13 +46,14 @@ def make_plots(config: RunConfig, trained: dict) -> list[str]:
 
 def make_model_card(config: RunConfig, trained: dict, base_eval: dict, tuned_eval: dict, plots: list[str],
                     dataset: dict, run: dict) -> str:
+    from tuneline.evaluation import not_evaluated
     from tuneline.pipeline.record import run_link
     from tuneline.report import write_model_card
 
     return write_model_card(
         config, trained["output_dir"],
         base_metrics=base_eval.get("metrics", {}), tuned_metrics=tuned_eval.get("metrics", {}),
-        not_evaluated=tuned_eval.get("skipped") or base_eval.get("skipped"),
+        not_evaluated=not_evaluated(tuned_eval, base_eval),
         dataset_fingerprints={name: dataset["fingerprint"] for name in config.dataset_names},
         plots=plots, mlflow_run=run_link(run),
     )
