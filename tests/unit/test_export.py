@@ -110,3 +110,40 @@ def test_a_training_config_exports_what_the_training_saved(tiny_model_dir, adapt
     merged = AutoModelForCausalLM.from_pretrained(export_model(config))
     assert (logits(merged, batch) - _reference_logits(tiny_model_dir, adapters, batch)).abs().max() < 1e-4
     assert json.loads((tmp_path / "merged" / "tuneline_export.json").read_text())["trained_in"] == str(out)
+
+
+def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
+        tiny_model_dir, adapters, batch, demo_data_dir, empty_mlflow_store, tmp_path):
+    """The flow's own record of a finished training (start_run, record_training, record_results against a real
+    SQLite store), then its output_dir deleted: export fetches the model the run logged. Another config's work
+    (other data) has no run, and is refused rather than exporting the base."""
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from tuneline.pipeline import keys
+    from tuneline.pipeline.record import record_results, record_training, start_run
+
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(empty_mlflow_store, db)
+    out = tmp_path / "out"
+    shutil.copytree(adapters[1], out)
+    keys_ = dict(adapter_name_or_path=adapters[0], create_new_adapter=True, output_dir=str(out),
+                 export_dir=str(tmp_path / "merged"), dataset="demo_sft", dataset_dir=str(demo_data_dir),
+                 mlflow_tracking_uri=f"sqlite:///{db}")
+    config = _config(tiny_model_dir, **keys_)
+    dataset_fp = keys.dataset_key(config)
+    run = start_run(config, dataset_fp, None, None)
+    record_training(run, config, {"output_dir": str(out)})
+    record_results(run, config, {}, {}, dataset_fp)
+    shutil.rmtree(out)
+
+    other = _config(tiny_model_dir, **{**keys_, "dataset": "demo_sharegpt", "adapter_name_or_path": None,
+                                       "create_new_adapter": False})
+    with pytest.raises(ConfigError, match="no finished run of this config"):
+        export_model(other)
+    merged = AutoModelForCausalLM.from_pretrained(export_model(config))
+    assert (logits(merged, batch) - _reference_logits(tiny_model_dir, adapters, batch)).abs().max() < 1e-4
+    record = json.loads((tmp_path / "merged" / "tuneline_export.json").read_text())
+    assert record["trained_in"] == f"mlflow run {run['run_id']}"

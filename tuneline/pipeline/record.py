@@ -105,6 +105,18 @@ def record_training(run: dict, config: RunConfig, trained: dict) -> None:
         tracking.log_and_register_model(run_id, model_dir, None, {}, loading_recipe(config), tracking_uri=uri)
 
 
+def logged_model(config: RunConfig, into: Path) -> tuple[str, Path] | None:
+    """The final model the finished MLflow run of this config's work logged, downloaded into `into`, with the run
+    id; None when the store holds no such run (the lookup never creates a store or an experiment)."""
+    uri = tracking.resolve_tracking_uri(config.pipeline.mlflow_tracking_uri)
+    run_key = keys.run_key(config, keys.dataset_key(config))
+    run_id = tracking.finished_run_with_key(uri, config.experiment_name, run_key)
+    if run_id is None:
+        return None
+    model = tracking.download_logged_model(run_id, into, tracking_uri=uri)
+    return (run_id, model) if model is not None else None
+
+
 def dataset_facts(dataset: dict) -> dict[str, float]:
     """Row, token, truncated-row and dropped-row counts of the built dataset, as numbers runs can be compared
     on."""

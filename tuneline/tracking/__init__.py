@@ -7,6 +7,7 @@ else $MLFLOW_TRACKING_URI); nothing uses MLflow's process-global active run. Imp
 
 from tuneline.tracking.artifacts import (
     download_latest_checkpoint,
+    download_logged_model,
     log_and_register_model,
     log_artifacts,
     log_checkpoint,
@@ -18,6 +19,7 @@ from tuneline.tracking.params import flatten, log_params, param_values
 from tuneline.tracking.runs import (
     add_tags,
     finish_run,
+    finished_run_with_key,
     get_run_metrics,
     get_run_tags,
     log_metrics,
@@ -41,7 +43,9 @@ __all__ = [
     "check_tracking_available",
     "open_stores",
     "download_latest_checkpoint",
+    "download_logged_model",
     "finish_run",
+    "finished_run_with_key",
     "flatten",
     "flush_spool",
     "get_run_metrics",

@@ -178,6 +178,14 @@ def download_latest_checkpoint(
     return final
 
 
+def download_logged_model(run_id: str, dest_dir: str | Path, *, tracking_uri: str | None = None) -> Path | None:
+    """The run's logged final model (`model/`) downloaded into `dest_dir`; None when it logged none."""
+    client = client_for(uri_for(run_id, tracking_uri))
+    if not client.list_artifacts(run_id, MODEL_PATH):
+        return None
+    return Path(client.download_artifacts(run_id, MODEL_PATH, str(dest_dir)))
+
+
 def _model_readme(loading_recipe: str, registered_name: str | None) -> str:
     where = f"registered model `{registered_name}`" if registered_name else "this run"
     return (

@@ -14,7 +14,14 @@ import time
 from collections.abc import Iterable
 
 from tuneline.errors import UserError
-from tuneline.tracking.store import client_for, default_artifact_location, remember_run, resolve_tracking_uri, uri_for
+from tuneline.tracking.store import (
+    client_for,
+    default_artifact_location,
+    remember_run,
+    resolve_tracking_uri,
+    sqlite_path,
+    uri_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +81,9 @@ def _experiment_id(client, uri: str, name: str, artifact_location: str | None) -
 
 
 def _find_by_key(client, experiment_id: str, run_key: str, reopen_finished: bool) -> str | None:
-    escaped = run_key.replace("'", "\\'")
     runs = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`{RUN_KEY_TAG}` = '{escaped}'",
+        filter_string=_key_filter(run_key),
         order_by=["attributes.start_time DESC"],
         max_results=50,
     )
@@ -85,6 +91,26 @@ def _find_by_key(client, experiment_id: str, run_key: str, reopen_finished: bool
         if reopen_finished or run.info.status in UNFINISHED:
             return run.info.run_id
     return None
+
+
+def finished_run_with_key(uri: str, experiment: str, run_key: str) -> str | None:
+    """The newest FINISHED run of this work in `experiment`, without creating the experiment or a local store."""
+    uri = resolve_tracking_uri(uri)
+    db = sqlite_path(uri)
+    if db is not None and not db.is_file():
+        return None
+    client = client_for(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None or found.lifecycle_stage == "deleted":
+        return None
+    runs = client.search_runs([found.experiment_id], filter_string=_key_filter(run_key) + " and "
+                              "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def _key_filter(run_key: str) -> str:
+    escaped = run_key.replace("'", "\\'")
+    return f"tags.`{RUN_KEY_TAG}` = '{escaped}'"
 
 
 def _clip_tags(tags: dict) -> dict[str, str]:
