@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test acceptance lint install clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,7 +28,12 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: $(STAMP) lint
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=15 tests
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=15 -m "not acceptance" tests
+
+# LLaMA-Factory's own example configs on its demo data, unchanged (tests/fixtures/llamafactory): minutes of
+# training on the CPU, so kept out of `make test`; CI runs both.
+acceptance: $(STAMP)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=15 -m acceptance tests
 
 clean:
 	rm -rf $(VENV) .tuneline demo_output mlflow.db mlruns

@@ -1,0 +1,90 @@
+"""LLaMA-Factory 0.9.5's own example configs and demo data, run unchanged as its users run them.
+
+tests/fixtures/llamafactory/0.9.5 holds its files as released (Apache-2.0, its LICENSE beside them): the
+example YAMLs, the DeepSpeed configs they name, data/dataset_info.json whole and the demo data the examples use.
+Each example runs through `tuneline train`'s own entry point from the folder that holds examples/ and data/, with
+only the model path, the output dir and the run length given on the command line; data/ is found as LLaMA-Factory
+finds it, through its default `dataset_dir`. MLflow and the step caches are the embedded defaults in that folder.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+LLAMAFACTORY = Path(__file__).resolve().parents[1] / "fixtures" / "llamafactory" / "0.9.5"
+TRAINED = {  # example -> the file a finished training leaves in output_dir
+    "examples/train_lora/qwen3_lora_sft.yaml": "adapter_model.safetensors",
+    "examples/train_lora/qwen3_lora_pretrain.yaml": "adapter_model.safetensors",
+    "examples/train_lora/qwen3_lora_reward.yaml": "adapter_model.safetensors",
+    "examples/train_lora/qwen3_lora_dpo.yaml": "adapter_model.safetensors",
+    "examples/train_lora/qwen3_lora_kto.yaml": "adapter_model.safetensors",
+    "examples/train_full/qwen3_full_sft.yaml": "model.safetensors",
+    "examples/extras/loraplus/llama3_lora_sft.yaml": "adapter_model.safetensors",
+    "examples/extras/pissa/llama3_lora_sft.yaml": "adapter_model.safetensors",
+}
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory):
+    """A copy of the LLaMA-Factory files, so runs write their outputs, caches and MLflow store there."""
+    root = tmp_path_factory.mktemp("llamafactory")
+    shutil.copytree(LLAMAFACTORY, root, dirs_exist_ok=True)
+    return root
+
+
+def train(checkout, example, *overrides):
+    """`tuneline train EXAMPLE key=value ...` in the checkout; the flow's result."""
+    import contextlib
+    import io
+
+    from flows.finetune import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main([example, *overrides]) == 0
+    return json.loads(printed.getvalue()[printed.getvalue().index("{"):])
+
+
+def test_every_example_config_passes_the_checks_made_before_a_run(checkout, tiny_model_dir, monkeypatch):
+    """What `tuneline validate` checks (keys, ranges, template, paths, packages), for every example: in `make test`,
+    while the trainings themselves run in `make acceptance`."""
+    from tuneline.preflight import checked_config
+
+    monkeypatch.chdir(checkout)
+    for example in TRAINED:
+        config = checked_config(example, [f"model_name_or_path={tiny_model_dir}", "output_dir=saves/check"])
+        assert config.data.dataset and not config.has_validation, example
+
+
+@pytest.mark.acceptance
+@pytest.mark.parametrize("example", sorted(TRAINED))
+def test_an_example_config_trains_unchanged(prefect_api, checkout, tiny_model_dir, monkeypatch, example):
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(checkout)
+    out = checkout / "saves" / example.replace("/", "_")
+    result = train(checkout, example, f"model_name_or_path={tiny_model_dir}", f"output_dir={out}",
+                   f"max_steps={STEPS}")
+
+    assert (out / TRAINED[example]).is_file()
+    logged = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
+    assert logged[-1]["current_steps"] == STEPS
+    run = MlflowClient(f"sqlite:///{checkout / 'mlflow.db'}").get_run(result["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["tuneline.evaluation"].startswith("skipped: "), "LLaMA-Factory's examples name no eval set"
+
+
+def test_a_method_tuneline_has_not_built_is_refused_before_anything_starts(checkout, tiny_model_dir, monkeypatch):
+    from flows.finetune import main
+    from tuneline.errors import ConfigError
+
+    monkeypatch.chdir(checkout)
+    out = checkout / "saves" / "llama_pro"
+    with pytest.raises(ConfigError, match="use_llama_pro") as refused:
+        main(["examples/extras/llama_pro/llama3_freeze_sft.yaml", f"model_name_or_path={tiny_model_dir}",
+              f"output_dir={out}", f"max_steps={STEPS}"])
+    assert "does not support" in str(refused.value)
+    assert not out.exists()
