@@ -43,7 +43,11 @@ class ModelArgs:
     attn_implementation: str = arg("sdpa", "Attention kernel.", ("eager", "sdpa", "flash_attention_2"))
     flash_attn: str = arg("auto", "LLaMA-Factory's attention switch; maps onto attn_implementation.",
                           ("auto", "disabled", "sdpa", "fa2"))
-    disable_gradient_checkpointing: bool = arg(False, "LLaMA-Factory's switch; see gradient_checkpointing.")
+    disable_gradient_checkpointing: bool = arg(
+        False, "Turn off gradient checkpointing, on when training as in LLaMA-Factory (less memory for one more "
+               "forward pass per step); 'gradient_checkpointing: false' does the same.")
+    use_reentrant_gc: bool = arg(True, "Reentrant checkpointing (LLaMA-Factory's default); false: PyTorch's "
+                                       "non-reentrant kind, which FSDP2 runs always.")
     infer_dtype: str = arg("auto", "Dtype for inference.", ("auto", "float16", "bfloat16", "float32"))
     quantization_bit: int | None = arg(None, "QLoRA: 4 or 8 bit base weights via bitsandbytes (CUDA only).",
                                        (4, 8))

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from tuneline.config.args import GROUPS
+from tuneline.config.checkpointing import resolve_checkpointing
 from tuneline.config.coerce import coerce
 from tuneline.config.run_config import RunConfig
 from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
@@ -91,6 +92,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
             problems.append(problem)
     config = RunConfig(**{g: GROUPS[g](**v) for g, v in values.items()}, training=training, source=source)
     _fill_derived(config)
+    problems += resolve_checkpointing(config)
     problems += check_combinations(config, check_paths=check_paths) + (more_checks(config) if more_checks else [])
     if problems:
         raise ConfigError(problems, source=source)
@@ -108,8 +110,6 @@ def _fill_derived(config: RunConfig) -> None:
         config.model.attn_implementation = "flash_attention_2"
     elif config.model.flash_attn in ("sdpa", "disabled"):
         config.model.attn_implementation = "sdpa" if config.model.flash_attn == "sdpa" else "eager"
-    if config.model.disable_gradient_checkpointing:
-        tr["gradient_checkpointing"] = False
     if config.pipeline.mlflow_tracking_uri is None:
         config.pipeline.mlflow_tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
     if ft.precompute_ref is None:

@@ -176,7 +176,6 @@ UNSUPPORTED_KEYS: dict[str, object] = {
     "data_shared_file_system": False,
     "eval_on_each_dataset": False,
     "pure_bf16": False,
-    "use_reentrant_gc": True,
     "moe_aux_loss_coef": None,
     "pref_bco_weight": 0.0,
     "ld_alpha": None,

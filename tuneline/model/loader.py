@@ -9,8 +9,10 @@ beside a LoRA adapter (modules_to_save) in adapter_model.safetensors. trl 1.16 s
 from __future__ import annotations
 
 import logging
+import os
 
 from tuneline.config import RunConfig
+from tuneline.config.checkpointing import checkpointing_kwargs
 from tuneline.config.run_config import split_names
 from tuneline.config.validate import check_model_path
 from tuneline.errors import ConfigError, UserError
@@ -74,7 +76,7 @@ def grows_vocab(config: RunConfig) -> bool:
 
 
 def _prepare_for_training(model, config: RunConfig) -> None:
-    """Trainable weights in fp32 under half-precision autocast; checkpointing that reaches frozen inputs."""
+    """Trainable weights in fp32 under half-precision autocast; gradient checkpointing unless turned off."""
     import torch
 
     half = {torch.float16, torch.bfloat16}
@@ -82,15 +84,35 @@ def _prepare_for_training(model, config: RunConfig) -> None:
         for param in model.parameters():
             if param.requires_grad and param.dtype in half:
                 param.data = param.data.float()
-    if config.training.get("gradient_checkpointing"):
-        kwargs = config.training.get("gradient_checkpointing_kwargs") or {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.23 name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        model.enable_input_require_grads()
-        model.config.use_cache = False
+    if not config.model.disable_gradient_checkpointing:
+        enable_checkpointing(model, config)
     model.train()
+
+
+def enable_checkpointing(model, config: RunConfig) -> None:
+    """Recompute each layer's activations in the backward pass instead of keeping them (LLaMA-Factory's default).
+
+    The embeddings' output is made to require grad, so that frozen inputs (LoRA, freeze) still carry gradients
+    through reentrant checkpoints. A model without support trains without it, as LLaMA-Factory does, with a warning.
+    """
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        logger.warning("gradient checkpointing is on by default, but %s does not support it: training without it "
+                       "(more memory); set 'disable_gradient_checkpointing: true' to say so", type(model).__name__)
+        return
+    if os.environ.get("FSDP_ACTIVATION_CHECKPOINTING") == "true":
+        logger.info("gradient checkpointing: FSDP's own (fsdp_activation_checkpointing in the accelerate config)")
+        return
+    kwargs, layout = checkpointing_kwargs(config)
+    if kwargs["use_reentrant"] and os.environ.get("ACCELERATE_USE_FSDP") == "true" and (
+            os.environ.get("FSDP_VERSION") == "2"):
+        kwargs["use_reentrant"] = False  # FSDP2 shards parameters on the fly, which reentrant recomputation breaks
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.23: input grads included
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, **layout)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs, **layout)
+        model.enable_input_require_grads()
+    model.config.use_cache = False  # no cache is kept while checkpointing; saying so spares a warning per run
+    logger.info("gradient checkpointing on (%s)", "reentrant" if kwargs["use_reentrant"] else "non-reentrant")
 
 
 def _check_request(config: RunConfig, adapters: list[str]) -> None:
@@ -111,8 +133,7 @@ def load_model(config: RunConfig, tokenizer, is_trainable: bool = True, add_valu
     if config.model.quantization_bit is not None and is_trainable:
         from peft import prepare_model_for_kbit_training
 
-        model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=bool(config.training.get("gradient_checkpointing")))
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)  # enabled below, once
     model, keeps_adapter = attach_adapters(model, config, adapter_list, is_trainable)
     finetuning_type = config.finetuning.finetuning_type
     if is_trainable and finetuning_type == "lora" and not keeps_adapter:

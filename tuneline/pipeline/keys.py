@@ -22,6 +22,7 @@ NOT_CONTENT = {
     "run_name", "refresh_cache", "overwrite_cache", "mlflow_tracking_uri", "mlflow_experiment",
     "mlflow_registered_model", "mlflow_log_checkpoints", "report_to", "logging_dir", "hf_hub_token",
     "resume_from_checkpoint", "overwrite_output_dir", "preprocessing_num_workers", "disable_tqdm",
+    "disable_gradient_checkpointing", "use_reentrant_gc",  # recomputes the same activations: same weights
 }
 EVAL_ONLY = {"eval_max_samples", "eval_max_new_tokens", "pipeline_cache_dir"}
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 import torch
-from model_test_helpers import changed, logits, make_adapter, snapshot, train_steps
+from model_test_helpers import changed, logits, loss_of, make_adapter, snapshot, train_steps
 
 from tuneline.errors import ConfigError, UserError
 from tuneline.model import count_parameters, load_model
@@ -220,9 +220,72 @@ def test_flash_attention_without_its_kernel_is_a_clear_error(make_config, tokeni
         load_model(make_config(attn_implementation="flash_attention_2"), tokenizer)
 
 
-def test_gradient_checkpointing_still_trains_lora(make_config, tokenizer, batch):
-    model = load_model(make_config(gradient_checkpointing=True), tokenizer)
-    assert model.base_model.model.model.layers[0].gradient_checkpointing
+def mlp_calls_in_one_step(model, batch) -> int:
+    """Forward calls of the last layer's MLP in one training step: 2 when the backward pass recomputes it."""
+    mlp = [module for name, module in model.named_modules() if name.endswith(".mlp")][-1]
+    calls = []
+    hook = mlp.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        train_steps(model, batch, steps=1)
+    finally:
+        hook.remove()
+    return len(calls)
+
+
+@pytest.mark.parametrize(("finetuning_type", "keys"), [
+    ("lora", {}), ("freeze", {"freeze_trainable_layers": 1}), ("full", {})])
+def test_gradient_checkpointing_is_on_by_default_and_every_finetuning_type_trains(make_config, tokenizer, batch,
+                                                                                   finetuning_type, keys):
+    """As in LLaMA-Factory: checkpointed unless turned off; frozen inputs (LoRA, freeze) still carry gradients."""
+    config = make_config(finetuning_type=finetuning_type, **keys)
+    assert not config.model.disable_gradient_checkpointing
+    model = load_model(config, tokenizer)
+    trainable = trainable_names(model)
+    before = snapshot(model)
+    assert mlp_calls_in_one_step(model, batch) == 2
+    assert changed(model, before) == trainable
+    for off in ({"disable_gradient_checkpointing": True}, {"gradient_checkpointing": False}):
+        assert mlp_calls_in_one_step(load_model(make_config(finetuning_type=finetuning_type, **keys, **off),
+                                                tokenizer), batch) == 1
+
+
+def checkpoint_kind(model, batch) -> str:
+    """The autograd node at a decoder layer's output: torch's reentrant checkpoint leaves its own."""
+    layer = [module for name, module in model.named_modules() if name.endswith("layers.1")][0]
+    seen = []
+    hook = layer.register_forward_hook(lambda _m, _i, out: seen.append(type(out.grad_fn).__name__))
+    try:
+        model.train()
+        loss_of(model, batch)
+    finally:
+        hook.remove()
+    return "reentrant" if seen[0] == "CheckpointFunctionBackward" else "non-reentrant"
+
+
+def test_reentrant_checkpointing_by_default_as_in_llamafactory_and_its_switches(make_config, tokenizer, batch,
+                                                                              monkeypatch):
+    def kind(**keys):
+        return checkpoint_kind(load_model(make_config(finetuning_type="full", **keys), tokenizer), batch)
+
+    assert kind() == "reentrant"
+    assert kind(use_reentrant_gc=False) == "non-reentrant"
+    assert kind(gradient_checkpointing_kwargs={"use_reentrant": False}) == "non-reentrant"
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch` sets for an FSDP2 config
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    assert kind() == "non-reentrant"
+
+
+def test_a_model_without_checkpointing_support_trains_without_it(make_config, tokenizer, batch, tmp_path, caplog):
+    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+
+    gpt = tmp_path / "gpt"
+    OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=600, n_positions=64, n_embd=32, n_layer=1, n_head=2)
+                         ).save_pretrained(str(gpt))
+    with caplog.at_level(logging.WARNING, logger="tuneline"):
+        model = load_model(make_config(model_name_or_path=str(gpt), finetuning_type="full", flash_attn="disabled"),
+                           tokenizer)
+    assert "OpenAIGPTLMHeadModel does not support it: training without it" in caplog.text
+    assert "'disable_gradient_checkpointing: true'" in caplog.text
     before = snapshot(model)
     train_steps(model, batch, steps=1)
     assert changed(model, before) == trainable_names(model)

@@ -118,6 +118,32 @@ def test_rm_pairwise_loss_falls_and_reports_accuracy(tiny_model_dir, tokenizer, 
         assert torch.allclose(pair_scores(trainer.model, padded)[0], chosen, atol=1e-5)
 
 
+@pytest.mark.parametrize("finetuning_type", ["lora", "full"])
+def test_training_checkpoints_by_default_and_the_loss_is_the_same_without(tiny_model_dir, tokenizer, tmp_path,
+                                                                        finetuning_type):
+    """LLaMA-Factory's default: the Trainer's steps recompute each layer in the backward pass, unless
+    `disable_gradient_checkpointing: true`; the losses do not change either way."""
+    from transformers import set_seed
+
+    def train(name, **keys):
+        set_seed(7)  # the same LoRA initialisation on both sides
+        config = make_config(tiny_model_dir, tmp_path / name, finetuning_type=finetuning_type, max_steps=3, **keys)
+        trainer, _ = build(config, "sft", tokenizer)
+        mlp = [module for n, module in trainer.model.named_modules() if n.endswith(".mlp")][-1]
+        calls = []
+        hook = mlp.register_forward_hook(lambda *_: calls.append(1))
+        try:
+            trainer.train()
+        finally:
+            hook.remove()
+        return len(calls), logged(tmp_path / name)
+
+    on_calls, on_losses = train("on")
+    off_calls, off_losses = train("off", disable_gradient_checkpointing=True)
+    assert (on_calls, off_calls) == (2 * 3, 3)  # forward plus recompute, per step of one batch
+    assert on_losses == pytest.approx(off_losses, rel=1e-6) and len(on_losses) == 3
+
+
 def test_group_by_length_samples_pairs_by_their_longer_side(tiny_model_dir, tokenizer, tmp_path):
     """Pairwise rows have no `input_ids` column, from which transformers would read lengths: the trainer adds them."""
     config = make_config(tiny_model_dir, tmp_path / "out", stage="rm", dataset="demo_pref", group_by_length=True)
