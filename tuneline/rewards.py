@@ -6,7 +6,9 @@ both `tuneline.train` and `tuneline.evaluation`. What only PPO needs (value head
 `tuneline.train`.
 
 The reward model is what `tuneline.train.rm` saves: `AutoModelForSequenceClassification` with one label (a full
-folder, or a SEQ_CLS LoRA adapter whose `score` head is saved beside it), scored at the last real token.
+folder, or a SEQ_CLS LoRA adapter whose `score` head is saved beside it), scored at the last real token; or what
+LLaMA-Factory's rm stage saves: a causal LM (full, or a LoRA adapter) with `value_head.safetensors` beside it, scored
+as LLaMA-Factory scores it (`tuneline.model.value_head`). Anything else is refused rather than given a random head.
 torch and transformers are imported inside the functions, so importing this module stays cheap.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from tuneline.config.run_config import split_names
 from tuneline.errors import ConfigError
 
 
@@ -65,7 +68,54 @@ def load_reward_model(config, tokenizer):
                           f"'{ft.reward_model_type}'; set 'reward_model_type: {'lora' if is_adapter else 'full'}'")
     check_reward_tokenizer(config, tokenizer)
     rcfg = reward_config(config)
+    head_file = llamafactory_value_head(config)
+    if head_file is not None:
+        from tuneline.model.value_head import load_value_head_model
+
+        return load_value_head_model(rcfg, tokenizer, head_file)
+    check_tuneline_reward_model(config)
     return load_model(rcfg, tokenizer, is_trainable=False, add_valuehead=True).eval()
+
+
+def llamafactory_value_head(config) -> Path | None:
+    """LLaMA-Factory's value-head file where it would read it: beside `reward_model`, or for a full reward model
+    with `reward_model_adapters`, beside the last adapter. None for a tuneline reward model."""
+    from tuneline.model.value_head import find_value_head
+
+    ft = config.finetuning
+    adapters = split_names(ft.reward_model_adapters)
+    return find_value_head(adapters[-1] if ft.reward_model_type == "full" and adapters else ft.reward_model)
+
+
+def check_tuneline_reward_model(config) -> None:
+    """A reward model without a value head must be tuneline's one-label sequence scorer, or loading it would put
+    a randomly initialised head on a language model and score with that."""
+    folder = Path(config.finetuning.reward_model)
+    if config.finetuning.reward_model_type == "lora":
+        task = _json(folder / "adapter_config.json").get("task_type")
+        if task == "SEQ_CLS":
+            return
+        found = f"a LoRA adapter for {task or 'an unknown task'}"
+    else:
+        saved = _json(folder / "config.json")
+        architecture = ",".join(saved.get("architectures") or []) or "folder without a model's config.json"
+        labels = len(saved.get("id2label") or {})
+        scorer = architecture.endswith("ForSequenceClassification")
+        if scorer and labels == 1:
+            return
+        found = f"a {architecture} with {labels} labels" if scorer else f"a {architecture}"
+    raise ConfigError(f"'reward_model: {folder}' is {found}, not a reward model: tuneline's (stage: rm saves a "
+                      "one-label sequence classifier) or LLaMA-Factory's (value_head.safetensors or value_head.bin "
+                      "beside the weights or adapter). Point 'reward_model' at the output_dir of a stage: rm run")
+
+
+def _json(path: Path) -> dict:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def sequence_scores(model, input_ids, attention_mask):

@@ -139,7 +139,8 @@ class FinetuningArgs:
     precompute_ref: bool | None = arg(None, "Compute reference log-probs once and cache them (dpo/kto default).")
     reward_model: str | None = arg(None, "Reward model for PPO: a full model or a LoRA adapter.")
     reward_model_adapters: str | None = arg(None, "Adapters applied to reward_model.")
-    reward_model_type: str = arg("lora", "How reward_model is given.", ("lora", "full"))
+    reward_model_type: str = arg("lora", "How reward_model is given (LLaMA-Factory's 'api' is not supported).",
+                                 ("lora", "full"))
     ppo_buffer_size: int = arg(1, "Mini-batches (per_device_train_batch_size x gradient_accumulation_steps answers) "
                                   "sampled per PPO step.")
     ppo_epochs: int = arg(4, "PPO epochs per rollout batch.")

@@ -3,7 +3,8 @@
 The reward model (`add_valuehead=True`) is `AutoModelForSequenceClassification` with one label: the decoder with
 a Linear(hidden, 1) `score` head read at each sequence's last non-padding token. It is what trl's RewardTrainer
 and PPO value/reward models take, Trainer saves and resumes it natively, and peft's SEQ_CLS task saves the head
-beside a LoRA adapter (modules_to_save) in adapter_model.safetensors. trl 1.16 ships no value-head wrapper.
+beside a LoRA adapter (modules_to_save) in adapter_model.safetensors. trl 1.16 ships no value-head wrapper;
+LLaMA-Factory's reward models (trl's old value head beside a causal LM) load through `tuneline.model.value_head`.
 """
 
 from __future__ import annotations
