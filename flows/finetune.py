@@ -62,7 +62,7 @@ def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
 
     tokenizer = load_tokenizer.with_options(**cache)(config)
     dataset = build_dataset.with_options(**cache)(config, tokenizer)
-    record.record_dataset(run, dataset)
+    record.record_dataset(run, config, dataset)
     reference = build_reference_model.with_options(**cache)(config, dataset)
     trained = train.with_options(**cache)(config, dataset, reference, run)
     base_eval = evaluate.with_options(task_run_name="evaluate base", **cache)(config, dataset)

@@ -105,6 +105,9 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert run.data.params["learning_rate"] == "0.003" and run.data.params["stage"] == "sft"
     flow_run_id = str(result["flow_run_id"])
     assert run.data.tags["prefect.flow_run_url"].startswith("http") and flow_run_id in run.data.tags["prefect.flow_run_url"]
+    assert run.data.tags["mlflow.user"] and run.data.tags["mlflow.source.type"] == "JOB", "the UI's User and Source"
+    [data] = run.inputs.dataset_inputs
+    assert data.dataset.name == "demo_sft" and json.loads(data.dataset.profile)["data_train_rows"] > 0
     losses = client.get_metric_history(run.info.run_id, "loss")
     steps = [m.step for m in losses]
     assert steps and steps == sorted(set(steps)), "train loss logged once per logging step, by global step"

@@ -44,6 +44,20 @@ def git_commit() -> str | None:
     return found.stdout.strip() or None
 
 
+def source_tags(commit: str | None) -> dict[str, str]:
+    """MLflow's own source tags, which fill the UI's User, Source and Version columns (tuneline's commit)."""
+    import getpass
+
+    tags = {"mlflow.source.type": "JOB", "mlflow.source.name": "tuneline finetune flow"}
+    try:
+        tags["mlflow.user"] = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (containers)
+        pass
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
 def connect_tracking(config: RunConfig) -> str:
     """Fail now if the MLflow store is unreachable, else open it; returns the resolved tracking URI."""
     uri = tracking.resolve_tracking_uri(config.pipeline.mlflow_tracking_uri)
@@ -56,13 +70,15 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
     """Open (or reopen) the MLflow run of this work; fail before any training if the store is unreachable."""
     uri = connect_tracking(config)
     run_key = keys.run_key(config, dataset_fp)
+    commit = git_commit()
     tags = {
         "tuneline.stage": config.stage,
         "tuneline.finetuning_type": config.finetuning.finetuning_type,
         "tuneline.base_model": str(config.model.model_name_or_path),
         "tuneline.dataset": str(config.data.dataset),
         "tuneline.dataset_fingerprint": dataset_fp,
-        "tuneline.git_commit": git_commit() or "unknown",
+        "tuneline.git_commit": commit or "unknown",
+        **source_tags(commit),
         **{f"version.{k}": v for k, v in package_versions().items()},
     }
     run_id = tracking.open_run(uri, config.experiment_name, run_key, config.run_name, tags,
@@ -127,11 +143,18 @@ def dataset_facts(dataset: dict) -> dict[str, float]:
     return {k: float(v) for k, v in facts.items() if isinstance(v, (int, float))}
 
 
-def record_dataset(run: dict, dataset: dict) -> None:
+def record_dataset(run: dict, config: RunConfig, dataset: dict) -> None:
+    """The built dataset's facts as metrics, and the data as the run's MLflow dataset input, once per run."""
     uri, run_id = run["tracking_uri"], run["run_id"]
-    fresh = {k: v for k, v in dataset_facts(dataset).items() if k not in tracking.get_run_metrics(uri, run_id)}
+    facts = dataset_facts(dataset)
+    fresh = {k: v for k, v in facts.items() if k not in tracking.get_run_metrics(uri, run_id)}
     if fresh:
         tracking.log_metrics(run_id, fresh, step=0, tracking_uri=uri)
+        data = config.data
+        source = {"dataset_dir": str(Path(data.dataset_dir).resolve()), "dataset": data.dataset,
+                  "eval_dataset": data.eval_dataset}
+        tracking.log_dataset_input(run_id, data.dataset, dataset["fingerprint"][:16], source, facts, "training",
+                                   tracking_uri=uri)
 
 
 def record_plots(run: dict, paths: list[str]) -> None:

@@ -171,6 +171,19 @@ def send_metrics(client, run_id: str, entries: list[tuple], timestamp_ms: int | 
         client.log_batch(run_id, metrics=chunk)
 
 
+def log_dataset_input(run_id: str, name: str, digest: str, source: dict, profile: dict, context: str, *,
+                      tracking_uri: str | None = None) -> None:
+    """The data the run used, as an MLflow dataset input: the UI's Dataset column and the run's inputs show it."""
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    dataset = Dataset(name=name, digest=digest, source_type="local", source=json.dumps(source),
+                      profile=json.dumps(profile))
+    client_for(uri_for(run_id, tracking_uri)).log_inputs(
+        run_id, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])])
+
+
 def finish_run(run_id: str, status: str = "FINISHED", *, tracking_uri: str | None = None) -> None:
     """Mark the run done (FINISHED), or FAILED/KILLED so the next start of the same work reopens it."""
     client_for(uri_for(run_id, tracking_uri)).set_terminated(run_id, status=status)
