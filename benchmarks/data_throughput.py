@@ -90,7 +90,7 @@ def time_warm(work: Path, model: str, template: str) -> dict:
 def time_per_piece_tokenization(model: str, rows: list[dict], template_name: str) -> dict:
     """Reference: the same template pieces tokenized with one call each (LLaMA-Factory's way)."""
     from tuneline.config.args import ModelArgs
-    from tuneline.data.templates import get_template
+    from tuneline.data.template_catalog import get_template
     from tuneline.model.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(ModelArgs(model_name_or_path=model))

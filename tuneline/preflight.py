@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config import RunConfig, load_config
-from tuneline.data.templates import AUTO, TEMPLATES
+from tuneline.data.template_catalog import AUTO, TEMPLATES
 from tuneline.data.tools import TOOL_FORMATS
 from tuneline.devices import gpu_count
 from tuneline.errors import did_you_mean

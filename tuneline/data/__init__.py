@@ -7,7 +7,8 @@ from tuneline.data.build import build_dataset, load_processed, with_lengths
 from tuneline.data.cache_key import PROCESSING_VERSION, dataset_fingerprint
 from tuneline.data.collators import build_collator
 from tuneline.data.preview import preview
-from tuneline.data.templates import TEMPLATES, Template, get_template
+from tuneline.data.template_catalog import TEMPLATES, get_template
+from tuneline.data.templates import Template
 
 __all__ = [
     "PROCESSING_VERSION", "TEMPLATES", "Template", "build_collator", "build_dataset", "dataset_fingerprint",

@@ -112,7 +112,7 @@ def _split(config: RunConfig, train, evaluation):
 
 
 def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str, Any]:
-    from tuneline.data.templates import get_template
+    from tuneline.data.template_catalog import get_template
     from tuneline.model.tokenizer import load_tokenizer
 
     train_loaded = load_examples(config, config.dataset_names)

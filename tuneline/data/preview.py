@@ -49,7 +49,7 @@ def preview(config: RunConfig, n: int = 2) -> str:
     """The first n examples of the first dataset, encoded exactly as training will see them."""
     from tuneline.data.loader import load_examples
     from tuneline.data.processors import Encoder
-    from tuneline.data.templates import get_template
+    from tuneline.data.template_catalog import get_template
     from tuneline.model.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(config.model)

@@ -3,8 +3,8 @@
 A template says, per role, which text surrounds a message (`{{content}}` marks the message) and where the
 tokenizer's bos/eos tokens go. Each message is encoded on its own, so the ids of a conversation are the
 concatenation of the ids of its turns: encoding turn by turn gives the same ids as encoding it whole, and the
-prompt/response boundary of every turn is exact (that is what label masking needs). Defining a template is a
-few lines in `TEMPLATES`; `template: auto` (or unset) derives one from the tokenizer's own chat template.
+prompt/response boundary of every turn is exact (that is what label masking needs). The built-in templates are
+declared in `template_catalog.py`; `template: auto` (or unset) derives one from the tokenizer's own chat template.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuneline.data.tools import TOOL_FORMATS
-from tuneline.errors import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -141,65 +140,10 @@ def _special_ids(tokenizer, special: Special) -> list[int]:
     return [tokenizer.convert_tokens_to_ids(special.name)]
 
 
-_IM = "<|im_start|>{role}\n{{{{content}}}}<|im_end|>\n"
-_IM_ASSISTANT = "<|im_start|>assistant\n"
-_L3 = "<|start_header_id|>{role}<|end_header_id|>\n\n{{{{content}}}}<|eot_id|>"
-_L3_ASSISTANT = "<|start_header_id|>assistant<|end_header_id|>\n\n"
-
-TEMPLATES: dict[str, Template] = {t.name: t for t in (
-    Template("empty", assistant=("{{content}}",)),
-    Template("default", user=("Human: {{content}}", EOS, "\nAssistant:"), assistant=("{{content}}", EOS, "\n"),
-             system=("System: {{content}}", EOS, "\n")),
-    Template("alpaca", user=("### Instruction:\n{{content}}\n\n### Response:\n",),
-             assistant=("{{content}}", EOS, "\n\n"),
-             default_system="Below is an instruction that describes a task. "
-                            "Write a response that appropriately completes the request.\n\n"),
-    Template("chatml", user=(_IM.format(role="user") + _IM_ASSISTANT,), assistant=("{{content}}<|im_end|>\n",),
-             system=(_IM.format(role="system"),), observation=(_IM.format(role="tool") + _IM_ASSISTANT,),
-             stop_words=("<|im_end|>", "<|im_start|>")),
-    Template("qwen", user=(_IM.format(role="user") + _IM_ASSISTANT,), assistant=("{{content}}<|im_end|>\n",),
-             system=(_IM.format(role="system"),),
-             observation=("<|im_start|>user\n<tool_response>\n{{content}}\n</tool_response><|im_end|>\n"
-                          + _IM_ASSISTANT,),
-             default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
-             stop_words=("<|im_end|>",), tool_format="qwen"),
-    Template("llama3", user=(_L3.format(role="user") + _L3_ASSISTANT,), assistant=("{{content}}<|eot_id|>",),
-             system=(_L3.format(role="system"),), observation=(_L3.format(role="ipython") + _L3_ASSISTANT,),
-             prefix=(BOS,), stop_words=("<|eot_id|>", "<|eom_id|>"), tool_format="llama3",
-             pt_eos="<|end_of_text|>"),
-    Template("mistral", user=("[INST] {{content}}[/INST]",), assistant=(" {{content}}", EOS),
-             system=("{{content}}\n\n",), function=("[TOOL_CALLS] {{content}}", EOS),
-             observation=('[TOOL_RESULTS] {"content": {{content}}}[/TOOL_RESULTS]',),
-             prefix=(BOS,), fuse_system=True, tool_format="mistral"),
-)}
-
-AUTO = ("auto", None, "")
-
-
-def get_template(name: str | None, tokenizer, tool_format: str | None = None,
-                 default_system: str | None = None) -> Template:
-    """A named built-in template, or (None/'auto') one read from the tokenizer's own chat template."""
-    if name in AUTO:
-        template = template_from_tokenizer(tokenizer)
-    elif name in TEMPLATES:
-        template = TEMPLATES[name]
-    else:
-        raise ConfigError(f"template '{name}' is not known{did_you_mean(name, TEMPLATES)}; "
-                          f"use one of {sorted(TEMPLATES)} or 'auto' for the tokenizer's own")
-    changes: dict[str, Any] = {}
-    if tool_format:
-        if tool_format not in TOOL_FORMATS:
-            raise ConfigError(f"tool_format '{tool_format}' is not known; use one of {sorted(TOOL_FORMATS)}")
-        changes["tool_format"] = tool_format
-    if default_system is not None:
-        changes["default_system"] = default_system
-    return template.replace(**changes) if changes else template
-
-
-def template_from_tokenizer(tokenizer) -> Template:
-    """Slots read off the tokenizer's jinja chat template by rendering placeholder conversations."""
+def template_from_tokenizer(tokenizer) -> Template | None:
+    """Slots read off the tokenizer's jinja chat template by rendering placeholder conversations (None without one)."""
     if not isinstance(getattr(tokenizer, "chat_template", None), str):
-        return TEMPLATES["empty"]
+        return None
 
     def render(messages, generation_prompt):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)

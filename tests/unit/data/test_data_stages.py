@@ -7,7 +7,7 @@ from data_helpers import EOS, PAD, ids, masked
 
 from tuneline.data.collators import build_collator
 from tuneline.data.processors import Encoder, split_budget
-from tuneline.data.templates import get_template
+from tuneline.data.template_catalog import get_template
 
 
 def user(text):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from data_helpers import BOS, EOS, ids
 
-from tuneline.data.templates import TEMPLATES, get_template
+from tuneline.data.template_catalog import TEMPLATES, get_template
 from tuneline.errors import ConfigError
 
 CHAT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
