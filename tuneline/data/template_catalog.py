@@ -1,4 +1,8 @@
-"""The built-in chat templates by name, and `get_template`, which picks one for a run."""
+"""The built-in chat templates by name, and `get_template`, which picks one for a run.
+
+The slot strings are facts about the models, as LLaMA-Factory 0.9.5 declares them for the templates of the same
+names; `qwen2` and `baichuan2`, which 0.9.5 no longer has, follow the models' chat formats as its earlier releases did.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,36 @@ from tuneline.data.templates import BOS, EOS, Template, template_from_tokenizer
 from tuneline.data.tools import TOOL_FORMATS
 from tuneline.errors import ConfigError, did_you_mean
 
-_IM = "<|im_start|>{role}\n{{{{content}}}}<|im_end|>\n"
-_IM_ASSISTANT = "<|im_start|>assistant\n"
-_L3 = "<|start_header_id|>{role}<|end_header_id|>\n\n{{{{content}}}}<|eot_id|>"
-_L3_ASSISTANT = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+def _turns(start: str, end: str, eot: str, tool_role: str | None = None, answer_role: str = "assistant") -> dict:
+    """Header-style turns `{start}role{end}text{eot}`, the prompt ending in the answer's open header; without a
+    tool role, observations are written as user turns."""
+    def turn(role: str) -> str:
+        return f"{start}{role}{end}{{{{content}}}}{eot}"
+
+    answer = f"{start}{answer_role}{end}"
+    slots = dict(user=(turn("user") + answer,), assistant=("{{content}}" + eot,), system=(turn("system"),))
+    return slots | (dict(observation=(turn(tool_role) + answer,)) if tool_role else {})
+
+
+_IM = _turns("<|im_start|>", "\n", "<|im_end|>\n")
+_QWEN = dict(_IM, observation=("<|im_start|>user\n<tool_response>\n{{content}}\n</tool_response><|im_end|>\n"
+                               "<|im_start|>assistant\n",),
+             stop_words=("<|im_end|>",), replace_eos=True, tool_format="qwen")
+_LLAMA3 = _turns("<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>", tool_role="ipython")
+_LLAMA4 = _turns("<|header_start|>", "<|header_end|>\n\n", "<|eot|>", tool_role="ipython")
+_GEMMA = dict(_turns("<start_of_turn>", "\n", "<end_of_turn>\n", tool_role="tool", answer_role="model"),
+              system=("{{content}}\n\n",), prefix=(BOS,), stop_words=("<end_of_turn>",), replace_eos=True,
+              fuse_system=True)
+_DEEPSEEK = dict(user=("<｜User｜>{{content}}<｜Assistant｜>",), prefix=(BOS,))
+_COHERE_TURN = "<|START_OF_TURN_TOKEN|><|{role}_TOKEN|>{{{{content}}}}<|END_OF_TURN_TOKEN|>"
+_INTERNLM_SYSTEM = (
+    "You are an AI assistant whose name is InternLM (书生·浦语).\n"
+    "- InternLM (书生·浦语) is a conversational language model that is developed by Shanghai AI Laboratory "
+    "(上海人工智能实验室). It is designed to be helpful, honest, and harmless.\n"
+    "- InternLM (书生·浦语) can understand and communicate fluently in the language "
+    "chosen by the user such as English and 中文."
+)
 
 TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("empty", assistant=("{{content}}",)),
@@ -21,23 +51,44 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
              assistant=("{{content}}", EOS, "\n\n"),
              default_system="Below is an instruction that describes a task. "
                             "Write a response that appropriately completes the request.\n\n"),
-    Template("chatml", user=(_IM.format(role="user") + _IM_ASSISTANT,), assistant=("{{content}}<|im_end|>\n",),
-             system=(_IM.format(role="system"),), observation=(_IM.format(role="tool") + _IM_ASSISTANT,),
-             stop_words=("<|im_end|>", "<|im_start|>")),
-    Template("qwen", user=(_IM.format(role="user") + _IM_ASSISTANT,), assistant=("{{content}}<|im_end|>\n",),
-             system=(_IM.format(role="system"),),
-             observation=("<|im_start|>user\n<tool_response>\n{{content}}\n</tool_response><|im_end|>\n"
-                          + _IM_ASSISTANT,),
-             default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
-             stop_words=("<|im_end|>",), tool_format="qwen"),
-    Template("llama3", user=(_L3.format(role="user") + _L3_ASSISTANT,), assistant=("{{content}}<|eot_id|>",),
-             system=(_L3.format(role="system"),), observation=(_L3.format(role="ipython") + _L3_ASSISTANT,),
-             prefix=(BOS,), stop_words=("<|eot_id|>", "<|eom_id|>"), tool_format="llama3",
-             pt_eos="<|end_of_text|>"),
+    Template("chatml", **_turns("<|im_start|>", "\n", "<|im_end|>\n", tool_role="tool"),
+             stop_words=("<|im_end|>", "<|im_start|>"), replace_eos=True),
+    Template("yi", **_IM, stop_words=("<|im_end|>",)),
+    Template("intern2", **_IM, prefix=(BOS,), default_system=_INTERNLM_SYSTEM, stop_words=("<|im_end|>",)),
+    Template("qwen", **_QWEN, default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
+    Template("qwen2", **_QWEN, default_system="You are a helpful assistant."),
+    Template("qwen3", **_QWEN, reasoning=True),
+    Template("qwen3_nothink", **_QWEN),
+    Template("phi4", **_turns("<|im_start|>", "<|im_sep|>", "<|im_end|>"), stop_words=("<|im_end|>",),
+             replace_eos=True),
+    Template("llama2", user=(BOS, "[INST] {{content}} [/INST]"), system=("<<SYS>>\n{{content}}\n<</SYS>>\n\n",),
+             fuse_system=True),
+    Template("llama3", **_LLAMA3, prefix=(BOS,), stop_words=("<|eot_id|>", "<|eom_id|>"), replace_eos=True,
+             tool_format="llama3", pt_eos="<|end_of_text|>"),
+    Template("llama4", **_LLAMA4, prefix=(BOS,), stop_words=("<|eot|>", "<|eom|>"), replace_eos=True,
+             tool_format="llama3"),
     Template("mistral", user=("[INST] {{content}}[/INST]",), assistant=(" {{content}}", EOS),
              system=("{{content}}\n\n",), function=("[TOOL_CALLS] {{content}}", EOS),
              observation=('[TOOL_RESULTS] {"content": {{content}}}[/TOOL_RESULTS]',),
              prefix=(BOS,), fuse_system=True, tool_format="mistral"),
+    Template("mistral_small", user=("[INST]{{content}}[/INST]",), system=("[SYSTEM_PROMPT]{{content}}[/SYSTEM_PROMPT]",),
+             function=("[TOOL_CALLS]{{content}}", EOS),
+             observation=('[TOOL_RESULTS]{"content": {{content}}}[/TOOL_RESULTS]',),
+             prefix=(BOS,), tool_format="mistral"),
+    Template("gemma", **_GEMMA),
+    Template("gemma3", **_GEMMA),
+    Template("deepseek3", **_DEEPSEEK),
+    Template("deepseekr1", **_DEEPSEEK, reasoning=True),
+    # glm4: LLaMA-Factory's glm4 tool format is not in tools.py; tools use the default format here
+    Template("glm4", user=("<|user|>\n{{content}}<|assistant|>",), assistant=("\n{{content}}",),
+             system=("<|system|>\n{{content}}",), function=("{{content}}",),
+             observation=("<|observation|>\n{{content}}<|assistant|>",), prefix=("[gMASK]<sop>",),
+             stop_words=("<|user|>", "<|observation|>"), efficient_eos=True),
+    Template("baichuan2", user=("<reserved_106>{{content}}<reserved_107>",), efficient_eos=True),
+    Template("cohere", user=(_COHERE_TURN.format(role="USER") + "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",),
+             system=(_COHERE_TURN.format(role="SYSTEM"),), prefix=(BOS,)),
+    Template("granite3", **_turns("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>\n")),
+    Template("olmo", user=("<|user|>\n{{content}}<|assistant|>\n",), prefix=(EOS,)),
 )}
 
 AUTO = ("auto", None, "")

@@ -5,11 +5,18 @@ tokenizer's bos/eos tokens go. Each message is encoded on its own, so the ids of
 concatenation of the ids of its turns: encoding turn by turn gives the same ids as encoding it whole, and the
 prompt/response boundary of every turn is exact (that is what label masking needs). The built-in templates are
 declared in `template_catalog.py`; `template: auto` (or unset) derives one from the tokenizer's own chat template.
+
+The tokenizer is used as loaded. LLaMA-Factory also makes a `replace_eos` template's first stop word the tokenizer's
+eos and adds stop words it lacks as new tokens; tuneline does not, because the build, train and evaluate steps each
+load the tokenizer from the same files and must agree on its ids. No built-in `replace_eos` template puts eos into
+a conversation's ids, so those ids are LLaMA-Factory's; list missing stop words in `add_special_tokens` to match
+its tokenization of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +32,9 @@ class Special:
 
 BOS, EOS = Special("bos"), Special("eos")
 Slots = tuple[Any, ...]  # str with {{content}}, or Special
+THOUGHT_OPEN, THOUGHT_CLOSE = "<think>\n", "\n</think>\n\n"
+EMPTY_THOUGHT = THOUGHT_OPEN + THOUGHT_CLOSE
+_THOUGHT = re.compile(re.escape(THOUGHT_OPEN) + ".*?" + re.escape(THOUGHT_CLOSE), re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,8 @@ class Template:
     stop_words: tuple[str, ...] = ()
     efficient_eos: bool = False  # eos added once after the last turn instead of after each answer
     fuse_system: bool = False  # system text is put inside the first user turn (mistral, llama2)
+    replace_eos: bool = False  # LLaMA-Factory makes stop_words[0] the eos; see the module docstring
+    reasoning: bool = False  # answers without a thought get an empty one, trained on (qwen3, deepseekr1)
     tool_format: str = "default"
     pt_eos: str | None = None  # document separator for pt when not the tokenizer's eos
     slots: dict[str, Slots] = field(default_factory=dict, compare=False)
@@ -55,7 +67,10 @@ class Template:
         return dataclasses.replace(self, slots={}, **changes)
 
     # --- messages -> pieces (text or token ids), one list per message
-    def pieces(self, messages: list[dict], system: str | None, tools: str | None) -> list[list]:
+    def pieces(self, messages: list[dict], system: str | None, tools: str | None,
+               drop_history_thoughts: bool = False) -> list[list]:
+        """With `drop_history_thoughts` a reasoning template strips the thoughts of every answer but the last and
+        adds no empty thought to them (LLaMA-Factory's one-turn encoding, and multi-turn with mask_history)."""
         system = system or self.default_system
         tool_format = TOOL_FORMATS[self.tool_format]
         out = []
@@ -71,6 +86,11 @@ class Template:
                         content = "".join(s for s in sys_slots if isinstance(s, str)) + content
                     else:
                         elements += sys_slots
+            if self.reasoning and i % 2:
+                if drop_history_thoughts and i < len(messages) - 1:
+                    content = _THOUGHT.sub("", content).lstrip("\n")
+                elif THOUGHT_OPEN.strip() not in content and THOUGHT_CLOSE.strip() not in content:
+                    elements.append(EMPTY_THOUGHT)
             role = message["role"]
             if role == "function":
                 content = tool_format.call(content)
@@ -79,9 +99,10 @@ class Template:
         return out
 
     # --- pieces -> ids, tokenizing every text piece of a batch in one call
-    def encode_many(self, tokenizer, conversations: list[tuple[list[dict], str | None, str | None]]) -> list:
+    def encode_many(self, tokenizer, conversations: list[tuple[list[dict], str | None, str | None]],
+                    drop_history_thoughts: bool = False) -> list:
         """[[ids of message 0, ids of message 1, ...] per conversation]."""
-        all_pieces = [self.pieces(m, s, t) for m, s, t in conversations]
+        all_pieces = [self.pieces(m, s, t, drop_history_thoughts) for m, s, t in conversations]
         texts = [p for conv in all_pieces for msg in conv for p in msg if isinstance(p, str)]
         encoded = iter(batch_ids(tokenizer, texts)) if texts else iter(())
         out = []
@@ -95,14 +116,15 @@ class Template:
             out.append(conv_ids)
         return out
 
-    def encode_multiturn(self, tokenizer, messages, system=None, tools=None) -> list[tuple[list[int], list[int]]]:
+    def encode_multiturn(self, tokenizer, messages, system=None, tools=None,
+                         drop_history_thoughts=False) -> list[tuple[list[int], list[int]]]:
         """(prompt ids, response ids) per turn."""
-        ids = self.encode_many(tokenizer, [(messages, system, tools)])[0]
+        ids = self.encode_many(tokenizer, [(messages, system, tools)], drop_history_thoughts)[0]
         return [(ids[i], ids[i + 1]) for i in range(0, len(ids), 2)]
 
     def encode_oneturn(self, tokenizer, messages, system=None, tools=None) -> tuple[list[int], list[int]]:
-        """(ids of every message but the last, ids of the last message)."""
-        ids = self.encode_many(tokenizer, [(messages, system, tools)])[0]
+        """(ids of every message but the last, ids of the last message); earlier answers lose their thoughts."""
+        ids = self.encode_many(tokenizer, [(messages, system, tools)], drop_history_thoughts=True)[0]
         return [t for msg in ids[:-1] for t in msg], ids[-1]
 
 

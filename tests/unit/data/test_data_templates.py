@@ -1,11 +1,17 @@
 """Built-in templates against hand-written ids (char tokenizer: id = code point, <s>=1, </s>=2), tool turns,
-the tokenizer-derived template, and turn-by-turn == whole encoding."""
+the tokenizer-derived template, and turn-by-turn == whole encoding.
+
+The expected texts of the newer templates are written from LLaMA-Factory 0.9.5's slot definitions of the same
+names (baichuan2 and qwen2 from its earlier releases), with the char tokenizer's bos/eos spelled <s> and </s>."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 from data_helpers import BOS, EOS, ids
 
+from tuneline.data.processors import Encoder
 from tuneline.data.template_catalog import TEMPLATES, get_template
 from tuneline.errors import ConfigError
 
@@ -15,6 +21,7 @@ CHAT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"
 
 def test_names_cover_the_required_templates():
     assert {"empty", "default", "alpaca", "chatml", "llama3", "qwen", "mistral"} <= set(TEMPLATES)
+    assert set(EXPECTED) <= set(TEMPLATES)
 
 
 def test_default_template_multiturn_with_system(char_tokenizer):
@@ -103,16 +110,23 @@ def test_auto_template_matches_the_tokenizers_chat_template(tokenizer_name, char
     assert prompt == _chat_template_ids(tok, messages[:4], add_generation_prompt=True)
 
 
+def _flat(pairs) -> list[int]:
+    return [t for pair in pairs for part in pair for t in part]
+
+
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_turn_by_turn_equals_whole(name, char_tokenizer):
+    """One-turn encoding is multi-turn encoding without history thoughts (LLaMA-Factory's), equal to it for all
+    but reasoning templates."""
     template = get_template(name, char_tokenizer)
-    whole = [t for pair in template.encode_multiturn(char_tokenizer, CHAT, system="S") for part in pair for t in part]
-    first_pairs = template.encode_multiturn(char_tokenizer, CHAT[:2], system="S")
-    first = [t for pair in first_pairs for part in pair for t in part]
+    whole = _flat(template.encode_multiturn(char_tokenizer, CHAT, system="S"))
+    first = _flat(template.encode_multiturn(char_tokenizer, CHAT[:2], system="S"))
     second = template.encode_multiturn(char_tokenizer, CHAT, system="S")[1]
     assert whole == first + second[0] + second[1]
     prompt, answer = template.encode_oneturn(char_tokenizer, CHAT, system="S")
-    assert prompt + answer == whole
+    dropped = _flat(template.encode_multiturn(char_tokenizer, CHAT, system="S", drop_history_thoughts=True))
+    assert prompt + answer == dropped
+    assert (dropped == whole) != template.reasoning
 
 
 @pytest.mark.parametrize("tokenizer_name", ["char", "tiny"])
@@ -131,3 +145,137 @@ def test_batch_ids_equal_the_tokenizers_own_call(tokenizer_name, char_tokenizer,
         assert batch_ids(tok, texts) == expected  # the wrapper resets truncation on its own calls
     finally:
         tok._tokenizer.no_truncation()
+
+
+IM = "<|im_start|>{}\n{}<|im_end|>\n".format
+IM_ANSWER = "<|im_start|>assistant\n"
+THINK = "<think>\n\n</think>\n\n"
+QWEN3_NOTHINK = [IM("system", "S") + IM("user", "hi") + IM_ANSWER, "yo<|im_end|>\n",
+                 IM("user", "q") + IM_ANSWER, "a<|im_end|>\n"]
+L4 = "<|header_start|>{}<|header_end|>\n\n{}<|eot|>".format
+L4_ANSWER = "<|header_start|>assistant<|header_end|>\n\n"
+GEMMA = ["<s><start_of_turn>user\nS\n\nhi<end_of_turn>\n<start_of_turn>model\n", "yo<end_of_turn>\n",
+         "<start_of_turn>user\nq<end_of_turn>\n<start_of_turn>model\n", "a<end_of_turn>\n"]
+COHERE = "<|START_OF_TURN_TOKEN|><|{}_TOKEN|>{}<|END_OF_TURN_TOKEN|>".format
+COHERE_ANSWER = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+GRANITE = "<|start_of_role|>{}<|end_of_role|>{}<|end_of_text|>\n".format
+GRANITE_ANSWER = "<|start_of_role|>assistant<|end_of_role|>"
+
+# CHAT with system "S": [prompt 1, answer 1, prompt 2, answer 2], as LLaMA-Factory renders them
+EXPECTED = {
+    "qwen3_nothink": QWEN3_NOTHINK,
+    "qwen2": QWEN3_NOTHINK,
+    "yi": QWEN3_NOTHINK,
+    "qwen3": [QWEN3_NOTHINK[0], THINK + "yo<|im_end|>\n", QWEN3_NOTHINK[2], THINK + "a<|im_end|>\n"],
+    "intern2": ["<s>" + QWEN3_NOTHINK[0], *QWEN3_NOTHINK[1:]],
+    "phi4": ["<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>hi<|im_end|>"
+             "<|im_start|>assistant<|im_sep|>", "yo<|im_end|>",
+             "<|im_start|>user<|im_sep|>q<|im_end|><|im_start|>assistant<|im_sep|>", "a<|im_end|>"],
+    "llama2": ["<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nhi [/INST]", "yo</s>", "<s>[INST] q [/INST]", "a</s>"],
+    "llama4": ["<s>" + L4("system", "S") + L4("user", "hi") + L4_ANSWER, "yo<|eot|>", L4("user", "q") + L4_ANSWER,
+               "a<|eot|>"],
+    "gemma": GEMMA,
+    "gemma3": GEMMA,
+    "mistral_small": ["<s>[SYSTEM_PROMPT]S[/SYSTEM_PROMPT][INST]hi[/INST]", "yo</s>", "[INST]q[/INST]", "a</s>"],
+    "deepseek3": ["<s>S<\uff5cUser\uff5c>hi<\uff5cAssistant\uff5c>", "yo</s>", "<\uff5cUser\uff5c>q<\uff5cAssistant\uff5c>",
+                  "a</s>"],
+    "deepseekr1": ["<s>S<\uff5cUser\uff5c>hi<\uff5cAssistant\uff5c>", THINK + "yo</s>",
+                   "<\uff5cUser\uff5c>q<\uff5cAssistant\uff5c>", THINK + "a</s>"],
+    "glm4": ["[gMASK]<sop><|system|>\nS<|user|>\nhi<|assistant|>", "\nyo", "<|user|>\nq<|assistant|>", "\na"],
+    "baichuan2": ["S<reserved_106>hi<reserved_107>", "yo", "<reserved_106>q<reserved_107>", "a"],
+    "cohere": ["<s>" + COHERE("SYSTEM", "S") + COHERE("USER", "hi") + COHERE_ANSWER, "yo</s>",
+               COHERE("USER", "q") + COHERE_ANSWER, "a</s>"],
+    "granite3": [GRANITE("system", "S") + GRANITE("user", "hi") + GRANITE_ANSWER, "yo<|end_of_text|>\n",
+                 GRANITE("user", "q") + GRANITE_ANSWER, "a<|end_of_text|>\n"],
+    "olmo": ["</s>S<|user|>\nhi<|assistant|>\n", "yo</s>", "<|user|>\nq<|assistant|>\n", "a</s>"],
+}
+
+# a tool's result "2" (the third message, after a question and a function call) as LLaMA-Factory renders it
+OBSERVATION = {
+    "qwen3": "<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>\n" + IM_ANSWER,
+    "yi": IM("user", "2") + IM_ANSWER,
+    "phi4": "<|im_start|>user<|im_sep|>2<|im_end|><|im_start|>assistant<|im_sep|>",
+    "llama4": L4("ipython", "2") + L4_ANSWER,
+    "gemma": "<start_of_turn>tool\n2<end_of_turn>\n<start_of_turn>model\n",
+    "mistral_small": '[TOOL_RESULTS]{"content": 2}[/TOOL_RESULTS]',
+    "glm4": "<|observation|>\n2<|assistant|>",
+    "llama2": "<s>[INST] 2 [/INST]",
+    "granite3": GRANITE("user", "2") + GRANITE_ANSWER,
+}
+
+
+def _render(template, tokenizer, messages, system="S", **kwargs) -> list[str]:
+    """The text of each message, bos/eos spelled as the tokenizer's tokens."""
+    names = {"bos": tokenizer.bos_token, "eos": tokenizer.eos_token}
+    pieces = template.pieces(messages, system, None, **kwargs)
+    return ["".join(p if isinstance(p, str) else names.get(p.name, p.name) for p in message) for message in pieces]
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_template_renders_as_llamafactory(name, char_tokenizer):
+    assert _render(get_template(name, char_tokenizer), char_tokenizer, CHAT) == EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", sorted(OBSERVATION))
+def test_observation_turn(name, char_tokenizer):
+    messages = [CHAT[0], {"role": "function", "content": '{"name": "f", "arguments": {}}'},
+                {"role": "observation", "content": "2"}, CHAT[1]]
+    assert _render(get_template(name, char_tokenizer), char_tokenizer, messages, system="")[2] == OBSERVATION[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_sft_labels_train_the_answers_only(name, char_tokenizer):
+    """Prompts are masked, answers trained; with efficient_eos one eos ends the sequence and each later prompt's
+    first label is eos (the previous answer's end), as LLaMA-Factory does."""
+    template = get_template(name, char_tokenizer)
+    p1, a1, p2, a2 = (_ids(char_tokenizer, text) for text in EXPECTED[name])
+    batch = {"_prompt": [CHAT[:3]], "_response": [CHAT[3:]], "_system": ["S"], "_tools": [""]}
+    out = Encoder(char_tokenizer, template, "sft", 1024)(batch)
+    eos = [EOS] if template.efficient_eos else []
+    second_prompt = eos + [-100] * (len(p2) - len(eos))
+    assert out["input_ids"] == [p1 + a1 + p2 + a2 + eos]
+    assert out["labels"] == [[-100] * len(p1) + a1 + second_prompt + a2 + eos]
+
+
+def test_reasoning_keeps_a_given_thought_and_drops_history_thoughts(char_tokenizer):
+    template = get_template("qwen3", char_tokenizer)
+    thought = "<think>\nr\n</think>\n\n"
+    chat = [CHAT[0], {"role": "assistant", "content": thought + "yo"}, *CHAT[2:]]
+    assert _render(template, char_tokenizer, chat)[1] == thought + "yo<|im_end|>\n"
+    dropped = _render(template, char_tokenizer, chat, drop_history_thoughts=True)
+    assert dropped[1] == "yo<|im_end|>\n" and dropped[3] == THINK + "a<|im_end|>\n"
+    prompt, answer = template.encode_oneturn(char_tokenizer, chat, system="S")
+    assert char_tokenizer.decode(prompt) == "".join(dropped[:3])
+
+
+@pytest.mark.parametrize(("name", "start"), [
+    ("qwen2", IM("system", "You are a helpful assistant.") + IM("user", "hi")),
+    ("qwen3", IM("user", "hi")),
+    ("intern2", "<s><|im_start|>system\nYou are an AI assistant whose name is InternLM"),
+])
+def test_default_system(name, start, char_tokenizer):
+    assert _render(get_template(name, char_tokenizer), char_tokenizer, CHAT, system=None)[0].startswith(start)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in TEMPLATES.items() if t.replace_eos))
+def test_replacing_eos_changes_no_ids(name, char_tokenizer):
+    """LLaMA-Factory makes the first stop word the eos of a replace_eos template's tokenizer; the ids are the same
+    either way (both tokenizers have the stop words as tokens, as a real model's has)."""
+    template = get_template(name, char_tokenizer)
+    ours = copy.deepcopy(char_tokenizer)
+    ours.add_tokens(list(template.stop_words), special_tokens=True)
+    theirs = copy.deepcopy(ours)
+    theirs.add_special_tokens({"eos_token": template.stop_words[0]})
+    assert theirs.eos_token_id != ours.eos_token_id
+    chat = CHAT + [{"role": "user", "content": "x"}, {"role": "function", "content": '{"name": "f", "arguments": {}}'}]
+    assert template.encode_multiturn(ours, chat, system="S") == template.encode_multiturn(theirs, chat, system="S")
+
+
+def test_auto_without_a_chat_template_is_empty(char_tokenizer):
+    tokenizer = copy.deepcopy(char_tokenizer)
+    tokenizer.chat_template = None
+    assert get_template("auto", tokenizer) is TEMPLATES["empty"]
