@@ -3,6 +3,7 @@
     tuneline train examples/sft_lora_demo.yaml learning_rate=5e-5 max_steps=20 [--no-cache]
     tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
     tuneline tiny-model OUT_DIR [--preset demo]   tuneline export CONFIG [key=value ...]
+    tuneline chat CONFIG [key=value ...] [--prompt TEXT]
 
 It lives in flows/ because `train` starts a Prefect flow and the library below never imports Prefect.
 `train` runs flows.finetune's own command line. Heavy imports (prefect, torch, transformers) wait until the chosen
@@ -24,12 +25,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in [("train", "run the fine-tuning flow"), ("validate", "check a config and exit"),
                             ("preview", "show encoded examples with prompt and label spans"),
-                            ("export", "merge LoRA adapters and save a standalone model")]:
+                            ("export", "merge LoRA adapters and save a standalone model"),
+                            ("chat", "talk to the trained model through its template")]:
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("config", help="YAML config (LLaMA-Factory keys plus tuneline's)")
         cmd.add_argument("overrides", nargs="*", help="key=value, typed as in YAML")
         if name == "train":
             cmd.add_argument("--no-cache", action="store_true", help="rerun every step (refresh_cache=true)")
+        if name == "chat":
+            cmd.add_argument("--prompt", help="answer this one message and exit (default: a conversation on stdin)")
         if name == "preview":
             cmd.add_argument("-n", type=int, default=2, help="examples to show")
     tiny = sub.add_parser("tiny-model", help="build the offline tiny Llama and tokenizer")
@@ -69,6 +73,22 @@ def _export(args) -> int:
     return 0
 
 
+def _chat(args) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from tuneline.chat import Chat, chat_loop
+
+    config = checked_config(args.config, args.overrides)
+    with tempfile.TemporaryDirectory() as scratch:
+        chat = Chat(config, Path(scratch))
+        if args.prompt is not None:
+            print(chat.reply([{"role": "user", "content": args.prompt}]))
+        else:
+            chat_loop(chat, input, sys.stdout.write)
+    return 0
+
+
 def _tiny_model(args) -> int:
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
 
@@ -78,7 +98,7 @@ def _tiny_model(args) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export,
+COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export, "chat": _chat,
             "tiny-model": _tiny_model}
 
 
