@@ -8,6 +8,15 @@ template does it (one tokenizer call per text piece). Figures only: nothing here
 With `--llamafactory-python PY` (an interpreter where `import llamafactory` works, e.g. a separate venv with
 llamafactory 0.9.5: its pins clash with tuneline's), LLaMA-Factory's own `get_dataset` builds the same file with
 the same tokenizer and template for each worker count, and the two results are compared row by row.
+
+`python benchmarks/data_throughput.py --template-parity --llamafactory-python .venv-peer/bin/python` encodes the
+demo data (`data/demo_sft.json` for sft, `demo_pref.json` and `demo_pref_sharegpt.json` for rm) with every template
+both projects have, in both projects, and prints per template whether input ids and labels are identical, then
+"N of M templates identical".
+The tokenizer is a copy of the tiny one with every stop word added as a special token: LLaMA-Factory adds the
+stop words a tokenizer lacks on its side only, which would make the two tokenize them differently. Multimodal
+templates (gemma3, llama4, mistral_small) run with LLaMA-Factory's text-only plugin: theirs need an image processor
+the tiny model lacks, and leave text without images unchanged.
 """
 
 from __future__ import annotations
@@ -52,14 +61,15 @@ def write_data(root: Path, rows: list[dict]) -> None:
     (root / "dataset_info.json").write_text(json.dumps({"bench": entry}))
 
 
-def make_config(work: Path, model: str, workers: int, template: str):
+def make_config(work: Path, model: str, workers: int, template: str, **overrides):
     from tuneline.config import load_config
 
-    return load_config(overrides={
+    values = {
         "model_name_or_path": model, "dataset": "bench", "dataset_dir": str(work / "data"), "template": template,
         "cutoff_len": 1024, "stage": "sft", "preprocessing_num_workers": workers,
         "pipeline_cache_dir": str(work / f"cache-{workers}"), "output_dir": str(work / "out"),
-    }, check_paths=False)
+    }
+    return load_config(overrides=values | overrides, check_paths=False)
 
 
 def time_cold(work: Path, model: str, workers: int, template: str) -> dict:
@@ -148,8 +158,15 @@ def time_llamafactory(python: str, work: Path, model: str, workers: int, templat
             "tokens_per_s": tokens / result["seconds"], "train": train}
 
 
-def same_rows(ours, theirs) -> bool:
-    return all(list(ours[c]) == list(theirs[c]) for c in ("input_ids", "labels"))
+def first_difference(ours, theirs, columns=("input_ids", "labels")) -> str | None:
+    """Where two encoded splits first differ ("row 3 labels"), or None when every column is identical."""
+    if len(ours) != len(theirs):
+        return f"{len(ours)} rows against {len(theirs)}"
+    for column in columns:
+        for row, (a, b) in enumerate(zip(ours[column], theirs[column], strict=True)):
+            if list(a) != list(b):
+                return f"row {row} {column}"
+    return None
 
 
 def compare_with_llamafactory(python: str, work: Path, model: str, template: str) -> None:
@@ -160,30 +177,91 @@ def compare_with_llamafactory(python: str, work: Path, model: str, template: str
         r = time_llamafactory(python, work, model, workers, template)
         print(f"LLaMA-Factory cold build, workers={workers}: {r['seconds']:.2f} s, {r['examples_per_s']:.0f} "
               f"examples/s, {r['tokens_per_s']:.0f} tokens/s ({r['rows']} rows, {r['tokens']} tokens); "
-              f"same input_ids and labels as tuneline: {same_rows(ours, r['train'])}")
+              f"same input_ids and labels as tuneline: {first_difference(ours, r['train']) is None}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=50_000)
-    parser.add_argument("--model", help="tokenizer folder; default: a freshly built tiny model")
-    parser.add_argument("--template", default="auto")
-    parser.add_argument("--workdir", help="keep files here instead of a temporary folder")
-    parser.add_argument("--llamafactory-python", help="interpreter with llamafactory installed, for a side-by-side")
-    args = parser.parse_args()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-bench-"))
-    import datasets  # noqa: F401  (imports paid before timing, as in a flow's worker)
-    import transformers  # noqa: F401
+DEMO_DATA = Path(__file__).resolve().parents[1] / "data"
+PARITY_DATA = (("sft", "demo_sft"), ("rm", "demo_pref"), ("rm", "demo_pref_sharegpt"))
 
-    model = args.model
-    if not model:
-        from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+LLAMAFACTORY_PARITY = """
+import json, os, sys
+model, data, out, jobs = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
+os.environ["DISABLE_VERSION_CHECK"] = "1"
+from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
+from llamafactory.data.mm_plugin import get_mm_plugin
+from llamafactory.data.template import TEMPLATES
+from llamafactory.hparams import get_train_args
+from llamafactory.model import load_tokenizer
+built = {}
+for template, stage, dataset in jobs:
+    if template not in TEMPLATES:
+        continue
+    args = dict(stage=stage, model_name_or_path=model, do_train=True, dataset=dataset, dataset_dir=data,
+                template=template, cutoff_len=1024, output_dir=out + "/o", overwrite_cache=True,
+                finetuning_type="lora", report_to="none")
+    model_args, data_args, training_args, _, _ = get_train_args(args)
+    tokenizer_module = load_tokenizer(model_args)  # a fresh one: the template changes it in place
+    fixed = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+    fixed.mm_plugin = get_mm_plugin(name="base")  # image plugins need a processor; text passes them unchanged
+    module = get_dataset(fixed, model_args, data_args, training_args, stage, **tokenizer_module)
+    path = f"{out}/{template}-{dataset}"
+    module["train_dataset"].save_to_disk(path)
+    built.setdefault(template, {})[dataset] = path
+print(json.dumps(built))
+"""
 
-        model = str(build_tiny_model(work / "model", **TINY_PRESETS["test"]))
+
+def parity_tokenizer(model: str, out: Path) -> str:
+    """A copy of the model's folder whose tokenizer has every built-in template's stop words as special tokens."""
+    from transformers import AutoTokenizer
+
+    from tuneline.data.template_catalog import TEMPLATES
+
+    shutil.copytree(model, out, dirs_exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    stop_words = sorted({word for template in TEMPLATES.values() for word in template.stop_words})
+    tokenizer.add_tokens(stop_words, special_tokens=True)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def template_parity(python: str, work: Path, model: str) -> None:
+    """Per template: identical, or where each demo file first differs; then the count of identical templates."""
+    from datasets import disable_progress_bars, load_from_disk
+
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.data.template_catalog import TEMPLATES
+
+    disable_progress_bars()
+    model = parity_tokenizer(model, work / "parity-model")
+    out = work / "llamafactory-parity"
+    jobs = [(name, stage, dataset) for name in TEMPLATES for stage, dataset in PARITY_DATA]
+    done = subprocess.run([python, "-c", LLAMAFACTORY_PARITY, model, str(DEMO_DATA), str(out), json.dumps(jobs)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"LLaMA-Factory failed:\n{done.stderr[-4000:]}")
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    identical = 0
+    for name in built:
+        problems = []
+        for stage, dataset in PARITY_DATA:
+            config = make_config(work, model, 1, name, stage=stage, dataset=dataset, dataset_dir=str(DEMO_DATA),
+                                 pipeline_cache_dir=str(work / "parity-cache"))
+            ours = load_processed(build_dataset(config))["train"]
+            theirs = load_from_disk(built[name][dataset])
+            columns = [c for c in theirs.column_names if c.endswith(("input_ids", "labels"))]
+            if difference := first_difference(ours, theirs, columns):
+                problems.append(f"{dataset}: {difference}")
+        identical += not problems
+        print(f"{name}: {'identical' if not problems else 'differs (' + '; '.join(problems) + ')'}")
+    print(f"{identical} of {len(built)} templates identical on LLaMA-Factory's encoding of the demo data; "
+          f"not in LLaMA-Factory: {', '.join(sorted(set(TEMPLATES) - set(built))) or 'none'}")
+
+
+def time_everything(args, work: Path, model: str) -> None:
     rows = synthetic_rows(args.rows)
     write_data(work / "data", rows)
-    if args.llamafactory_python and args.template == "auto":
-        parser.error("LLaMA-Factory has no 'auto' template: pass --template chatml (the tiny tokenizer's format)")
     print(f"{args.rows} alpaca rows, tokenizer {model}, template {args.template}, workdir {work}")
     for workers in (1, 2):
         r = time_cold(work, model, workers, args.template)
@@ -197,6 +275,35 @@ def main() -> None:
           f"{p['examples_per_s']:.0f} examples/s, {p['tokens_per_s']:.0f} tokens/s")
     if args.llamafactory_python:
         compare_with_llamafactory(args.llamafactory_python, work, model, args.template)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=50_000)
+    parser.add_argument("--model", help="tokenizer folder; default: a freshly built tiny model")
+    parser.add_argument("--template", default="auto")
+    parser.add_argument("--workdir", help="keep files here instead of a temporary folder")
+    parser.add_argument("--llamafactory-python", help="interpreter with llamafactory installed, for a side-by-side")
+    parser.add_argument("--template-parity", action="store_true",
+                        help="compare every shared template's encoding of the demo data with LLaMA-Factory's")
+    args = parser.parse_args()
+    if args.template_parity and not args.llamafactory_python:
+        parser.error("--template-parity needs --llamafactory-python")
+    if args.llamafactory_python and not args.template_parity and args.template == "auto":
+        parser.error("LLaMA-Factory has no 'auto' template: pass --template chatml (the tiny tokenizer's format)")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-bench-"))
+    import datasets  # noqa: F401  (imports paid before timing, as in a flow's worker)
+    import transformers  # noqa: F401
+
+    model = args.model
+    if not model:
+        from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+
+        model = str(build_tiny_model(work / "model", **TINY_PRESETS["test"]))
+    if args.template_parity:
+        template_parity(args.llamafactory_python, work, model)
+    else:
+        time_everything(args, work, model)
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
 
