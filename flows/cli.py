@@ -4,6 +4,7 @@
     tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
     tuneline tiny-model OUT_DIR [--preset demo]   tuneline export CONFIG [key=value ...]
     tuneline chat CONFIG [key=value ...] [--prompt TEXT]
+    tuneline serve [PREFECT_YAML]                 (every deployment of deployments/prefect.yaml, one process)
 
 It lives in flows/ because `train` starts a Prefect flow and the library below never imports Prefect.
 `train` runs flows.finetune's own command line. Heavy imports (prefect, torch, transformers) wait until the chosen
@@ -36,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--prompt", help="answer this one message and exit (default: a conversation on stdin)")
         if name == "preview":
             cmd.add_argument("-n", type=int, default=2, help="examples to show")
+    serve = sub.add_parser("serve", help="serve every deployment of a prefect.yaml from this process")
+    serve.add_argument("prefect_yaml", nargs="?", default="deployments/prefect.yaml")
     tiny = sub.add_parser("tiny-model", help="build the offline tiny Llama and tokenizer")
     tiny.add_argument("out_dir")
     tiny.add_argument("--preset", default="demo", help="size preset (see tuneline.tiny_model.TINY_PRESETS)")
@@ -89,6 +92,18 @@ def _chat(args) -> int:
     return 0
 
 
+def _serve(args) -> int:
+    from pathlib import Path
+
+    from flows.serving import serve_deployments
+
+    if not Path(args.prefect_yaml).is_file():
+        raise UserError(f"'{args.prefect_yaml}' does not exist: name a prefect.yaml, or start in the repository "
+                        "that holds deployments/prefect.yaml")
+    serve_deployments(Path(args.prefect_yaml))
+    return 0
+
+
 def _tiny_model(args) -> int:
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
 
@@ -99,7 +114,7 @@ def _tiny_model(args) -> int:
 
 
 COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export, "chat": _chat,
-            "tiny-model": _tiny_model}
+            "serve": _serve, "tiny-model": _tiny_model}
 
 
 def main(argv: list[str] | None = None) -> int:

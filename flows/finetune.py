@@ -19,6 +19,7 @@ from prefect.settings import PREFECT_API_URL
 
 from flows.artifacts import publish_run_artifacts
 from flows.crash_detection import ensure_crash_detection
+from flows.parameters import Settings, all_overrides
 from flows.user_errors import show_user_errors_without_traceback
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, train
 from tuneline.config import RunConfig, load_config
@@ -32,7 +33,11 @@ show_user_errors_without_traceback()
 
 def _flow_run_name() -> str:
     params = runtime.flow_run.parameters
-    return load_config(params["config_path"], params.get("overrides"), check_paths=False).run_name
+    settings = params.get("settings")
+    if isinstance(settings, dict):
+        settings = Settings(**settings)
+    return load_config(params["config_path"], all_overrides(settings, params.get("overrides")),
+                       check_paths=False).run_name
 
 
 def _flow_run_url() -> str | None:
@@ -47,14 +52,15 @@ def _cache_options(config: RunConfig) -> dict:
 
 
 @flow(name="finetune", flow_run_name=_flow_run_name)
-def finetune(config_path: str, overrides: list[str] | None = None) -> dict:
+def finetune(config_path: str, settings: Settings | None = None, overrides: list[str] | None = None) -> dict:
+    overrides = all_overrides(settings, overrides)
     config = checked_config(config_path, overrides)
     if PREFECT_API_URL.value():  # a lasting server: it marks this run Crashed if its process dies
         ensure_crash_detection()
     if config.pipeline.reward_model_config:  # ppo: its reward model is trained (or found cached) first
         reward = finetune(config.pipeline.reward_model_config,
-                          ["refresh_cache=true"] if config.pipeline.refresh_cache else [])  # --no-cache: all of it
-        overrides = [*(overrides or []), *reward_model_overrides(config.pipeline.reward_model_config,
+                          overrides=["refresh_cache=true"] if config.pipeline.refresh_cache else [])  # --no-cache: all
+        overrides = [*overrides, *reward_model_overrides(config.pipeline.reward_model_config,
                                                                  reward["output_dir"])]
         config = load_config(config_path, overrides)
     cache = _cache_options(config)
@@ -84,7 +90,7 @@ def main(argv: list[str]) -> int:
         return 2
     config_path, overrides = argv[0], argv[1:]
     checked_config(config_path, overrides)
-    print(json.dumps(finetune(config_path, overrides), indent=2, default=str))
+    print(json.dumps(finetune(config_path, overrides=overrides), indent=2, default=str))
     return 0
 
 

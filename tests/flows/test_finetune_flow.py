@@ -31,10 +31,10 @@ def workdir(tmp_path_factory, tiny_model_dir):
     return root, path
 
 
-def run_flow(config_path, overrides=None):
+def run_flow(config_path, overrides=None, settings=None):
     from flows.finetune import finetune
 
-    state = finetune(str(config_path), overrides or [], return_state=True)
+    state = finetune(str(config_path), settings=settings, overrides=overrides or [], return_state=True)
     assert state.is_completed(), state.message
     result = dict(state.result(), flow_run_id=state.state_details.flow_run_id)
     return result, task_states(state.state_details.flow_run_id)

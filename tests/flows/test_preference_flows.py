@@ -37,9 +37,12 @@ def test_dpo_sweep_over_pref_beta_reuses_the_reference_log_probs(prefect_api, ro
     assert set(states) == STEPS and states["build-reference-model"] == ["Completed"], states
     assert "reward_accuracy" in result["tuned"] and "reward_accuracy" in result["base"]
 
-    _, states = run_flow(root / "dpo.yaml", ["pref_beta=0.3", f"output_dir={root / 'dpo_beta'}"])
+    from flows.parameters import Settings
+
+    _, states = run_flow(root / "dpo.yaml", [f"output_dir={root / 'dpo_beta'}"], Settings(pref_beta=0.3))
     assert states["build-reference-model"] == ["Cached"], states
     assert states["train"] == ["Completed"], states
+    assert "pref_beta: 0.3" in (root / "dpo_beta" / "tuneline_config.yaml").read_text(), "the UI form's field"
 
 
 @pytest.mark.slow
