@@ -111,7 +111,8 @@ class Encoder:
 
 
 def encode_sft(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
-    encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch))
+    # earlier answers keep their thoughts unless they are masked (mask_history), as LLaMA-Factory encodes them
+    encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch), enc.mask_history)
     pairs = [enc.supervised(ids) for ids in encoded]
     whole = [sum(map(len, messages)) + len(enc.eos()) for messages in encoded]
     truncated = [len(ids) < length for (ids, _), length in zip(pairs, whole, strict=True)]
@@ -130,8 +131,10 @@ def _with_checks(out: dict[str, list], batch: dict[str, list], problems: list[st
 
 
 def encode_pairwise(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
-    chosen = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[:1] for r in batch["_response"]]))
-    rejected = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[1:2] for r in batch["_response"]]))
+    # prompt-and-answer stages see earlier answers without their thoughts, as LLaMA-Factory's one-turn encoding
+    chosen = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[:1] for r in batch["_response"]]), True)
+    rejected = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, [r[1:2] for r in batch["_response"]]),
+                                        True)
     out: dict[str, list] = {c: [] for c in (*STAGE_COLUMNS["rm"], TRUNCATED)}
     problems = []
     for c_ids, r_ids in zip(chosen, rejected, strict=True):
@@ -153,8 +156,8 @@ def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     """Each prompt with its own answer, and with the previous row's answer for KTO's KL term."""
     responses = batch["_response"]
     mismatched = responses[-1:] + responses[:-1]
-    own = enc.template.encode_many(enc.tokenizer, enc.conversations(batch))
-    other = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, mismatched))
+    own = enc.template.encode_many(enc.tokenizer, enc.conversations(batch), True)
+    other = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, mismatched), True)
     out: dict[str, list] = {c: [] for c in (*STAGE_COLUMNS["kto"], TRUNCATED)}
     problems = []
     for ids, kl_ids, tag in zip(own, other, batch["_kto_tag"], strict=True):
@@ -175,7 +178,7 @@ def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
 def encode_ppo(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     """Prompts ending in the generation prompt (the answer slot's opening), truncated as LLaMA-Factory does."""
     responses = [r[:1] if len(r) == 1 else [{"role": "assistant", "content": ""}] for r in batch["_response"]]
-    encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, responses))
+    encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, responses), True)
     prompts = [enc.prompt_answer(ids)[0] for ids in encoded]
     truncated = [int(len(p) < sum(map(len, ids[:-1]))) for p, ids in zip(prompts, encoded, strict=True)]
     return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts], TRUNCATED: truncated}

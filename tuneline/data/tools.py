@@ -38,6 +38,8 @@ def _load_calls(content: str) -> list[tuple[str, str]] | None:
 
 def _default_tools(tools: str) -> str:
     specs = _load_tools(tools)
+    if not specs:  # "[]": no tool section, as LLaMA-Factory
+        return ""
     lines = []
     for spec in specs:
         params = json.dumps(spec.get("parameters", {}), ensure_ascii=False)
@@ -59,6 +61,8 @@ def _default_call(content: str) -> str:
 
 def _json_tools(tools: str) -> str:
     specs = _load_tools(tools)
+    if not specs:
+        return ""
     body = "\n".join(json.dumps({"type": "function", "function": s}, ensure_ascii=False) for s in specs)
     return f"\n\n# Tools\n\nYou may call these functions:\n<tools>\n{body}\n</tools>\n"
 

@@ -279,3 +279,17 @@ def test_auto_without_a_chat_template_is_empty(char_tokenizer):
     tokenizer = copy.deepcopy(char_tokenizer)
     tokenizer.chat_template = None
     assert get_template("auto", tokenizer) is TEMPLATES["empty"]
+
+
+def test_an_empty_tool_list_writes_no_tool_section():
+    """LLaMA-Factory's demo sharegpt rows carry `"tools": "[]"`: no tools, so no tool text in the system turn (it
+    still opens a system turn, empty where the template has no default system prompt, as LLaMA-Factory does)."""
+    from tuneline.data import TEMPLATES
+
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    for name in ("qwen", "default", "llama3"):
+        template = TEMPLATES[name]
+        empty = "".join(p for p in template.pieces(messages, None, "[]")[0] if isinstance(p, str))
+        assert "ools" not in empty, name
+        with_tool = template.pieces(messages, None, '[{"name": "add", "description": "sum"}]')
+        assert "add" in "".join(p for p in with_tool[0] if isinstance(p, str)), name
