@@ -1,17 +1,23 @@
-"""Training throughput on CPU: `python benchmarks/train_throughput.py [--steps 60] [--data alpaca|demo]`.
+"""Training throughput on CPU: `python benchmarks/train_throughput.py [--steps 60] [--data alpaca|demo]
+[--checkpointing on|off|both]`.
 
 Builds a Llama of hidden 256, 4 layers, vocab 4096 (tuneline.tiny_model) and trains it with sft for a fixed number
 of steps (cutoff_len 512, batch 4 x accumulation 2, fp32), LoRA and full, with length grouping and with packing,
-each in its own process so peak RSS is that run's. Prints, per run: non-padding tokens/s (over the trainer's
+each in its own process so peak RSS is that run's. Gradient checkpointing is on by default in tuneline as in
+LLaMA-Factory; `--checkpointing both` (the default) runs each configuration with it on and off, one after the
+other, so the two are measured under the same load. Prints, per run: non-padding tokens/s (over the trainer's
 runtime, and steady state from step 10 on), padding fraction, steps/s, peak RSS, the run's wall time (imports and
 model load included) and the model FLOPs utilisation against the matmul FLOP/s measured here first.
 
 Data: `alpaca` (default) is synthetic alpaca-style rows (instruction, optional input, a long-tailed answer) over
 the demo corpus' words, the kind of data the LLaMA-Factory reference was measured on (1750 tokens/s LoRA, 1810
-full, 2850 packed); `demo` is the bundled demo_sft set, whose rows are ~25 tokens, so per-step overhead dominates.
+full, 2850 packed; LLaMA-Factory checkpoints by default, as tuneline does: compare them with `on` rows of the
+same machine); `demo` is the bundled demo_sft set, whose rows are ~25 tokens, so per-step overhead
+dominates.
 Model FLOPs per trained token: 2 (forward) + 2 (input gradients) + 2 (weight gradients, full tuning only) times
 the Linear weights, plus attention 12 x layers x hidden x mean example length (PaLM's MFU count, which ignores
-causal masking). Figures only: nothing here is asserted.
+causal masking and does not count checkpointing's second forward: it measures useful work). Figures only: nothing
+here is asserted.
 """
 
 from __future__ import annotations
@@ -78,7 +84,7 @@ def prepare_workspace(work: Path, data: str) -> None:
             "file_name": "demo_sft.json"}}))
 
 
-def run_config(work: Path, name: str, steps: int):
+def run_config(work: Path, name: str, steps: int, checkpointing: str = "on"):
     from tuneline.config import load_config
 
     values = {"model_name_or_path": str(work / "model"), "stage": "sft", "dataset": "bench",
@@ -87,7 +93,7 @@ def run_config(work: Path, name: str, steps: int):
               "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "max_steps": steps,
               "lr_scheduler_type": "cosine", "warmup_steps": 0.1, "logging_steps": 10, "save_strategy": "no",
               "seed": 42, "dataloader_num_workers": 0, "pipeline_cache_dir": str(work / "cache"),
-              "preprocessing_num_workers": 1, **RUNS[name]}
+              "preprocessing_num_workers": 1, "disable_gradient_checkpointing": checkpointing == "off", **RUNS[name]}
     return load_config(None, values, check_paths=False)
 
 
@@ -124,7 +130,7 @@ def matmul_flops_per_param(model) -> int:
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
-def train_once(work: Path, name: str, steps: int) -> dict:
+def train_once(work: Path, name: str, steps: int, checkpointing: str) -> dict:
     """One run in this process (the parent starts one process per run)."""
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.model.loader import load_model
@@ -132,7 +138,7 @@ def train_once(work: Path, name: str, steps: int) -> dict:
     from tuneline.train.sft import SPEC
     from tuneline.train.trainer_base import build_trainer
 
-    config = run_config(work, name, steps)
+    config = run_config(work, name, steps, checkpointing)
     started = time.perf_counter()
     datasets = load_processed(build_dataset(config))
     data_s = time.perf_counter() - started
@@ -149,7 +155,8 @@ def train_once(work: Path, name: str, steps: int) -> dict:
     lengths = [len(ids) for ids in datasets["train"]["input_ids"]]
     examples = (sum(row.count(0) for row in datasets["train"]["position_ids"])
                 if "position_ids" in datasets["train"].column_names else len(lengths))
-    return {"run": name, "runtime_s": metrics["train_runtime"], "data_s": data_s, "real_tokens": collator.real,
+    return {"run": name, "checkpointing": checkpointing, "runtime_s": metrics["train_runtime"], "data_s": data_s,
+            "real_tokens": collator.real,
             "padded_tokens": collator.padded, "steady_tokens_per_s": (tok1 - tok0) / (t1 - t0),
             "steady_steps_per_s": (steps - STEADY_FROM) / (t1 - t0), "steps": steps,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "linear_weights": weights,
@@ -184,18 +191,21 @@ def model_flops(run: dict) -> float:
 
 
 def report(runs: list[dict]) -> None:
-    header = (f"{'run':<14}{'steps':>6}{'tok/s':>8}{'steady':>8}{'pad %':>7}{'steps/s':>9}{'RSS MB':>8}{'wall s':>8}"
+    header = (f"{'run':<14}{'ckpt':>5}{'steps':>6}{'tok/s':>8}{'steady':>8}{'pad %':>7}{'steps/s':>9}{'RSS MB':>8}"
+              f"{'wall s':>8}"
               f"{'GFLOP/s':>8}{'MFU %':>7}{'load':>6}{'tok/row':>8}")
     print(header)
     for r in runs:
         tok_s = r["real_tokens"] / r["runtime_s"]
         mfu = model_flops(r) / r["runtime_s"] / r["matmul_flops"]
         pad = 100 * (1 - r["real_tokens"] / r["padded_tokens"])
-        print(f"{r['run']:<14}{r['steps']:>6}{tok_s:>8.0f}{r['steady_tokens_per_s']:>8.0f}{pad:>7.1f}"
+        print(f"{r['run']:<14}{r['checkpointing']:>5}{r['steps']:>6}{tok_s:>8.0f}{r['steady_tokens_per_s']:>8.0f}"
+              f"{pad:>7.1f}"
               f"{r['steps'] / r['runtime_s']:>9.3f}{r['peak_rss_mb']:>8.0f}{r['wall_s']:>8.1f}"
               f"{r['matmul_flops'] / 1e9:>8.1f}{100 * mfu:>7.1f}{r['load_average']:>6.1f}{r['mean_row_tokens']:>8.1f}")
-    print(f"tok/s: non-padding tokens / trainer runtime; steady: from step {STEADY_FROM}; wall: the whole process "
-          "(imports, data, model load); GFLOP/s: fp32 matmul peak measured around the run (the machine is shared); "
+    print(f"tok/s: non-padding tokens / trainer runtime; steady: from step {STEADY_FROM}; ckpt: gradient "
+          "checkpointing; wall: the whole process (imports, data, model load); GFLOP/s: fp32 matmul peak measured "
+          "around the run (the machine is shared); "
           "load: 1-minute load average at the end")
 
 
@@ -206,25 +216,30 @@ def main() -> None:
                         " a packed step trains ~3x the tokens)")
     parser.add_argument("--data", choices=("alpaca", "demo"), default="alpaca")
     parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {', '.join(RUNS)}")
+    parser.add_argument("--checkpointing", choices=("on", "off", "both"), default="both",
+                        help="gradient checkpointing (tuneline's default: on); both: each run with it on, then off")
     parser.add_argument("--work", default=None, help="workspace folder (default: a temporary one)")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child mode: one run, JSON on stdout
     args = parser.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(train_once(Path(args.work), args.one, args.steps)), flush=True)
+        print("RESULT " + json.dumps(train_once(Path(args.work), args.one, args.steps, args.checkpointing)),
+              flush=True)
         return
     work = Path(args.work or tempfile.mkdtemp(prefix="tuneline-train-bench-"))
     prepare_workspace(work, args.data)
     runs = []
+    settings = ("on", "off") if args.checkpointing == "both" else (args.checkpointing,)
     for name in args.runs.split(","):
-        start = time.perf_counter()
-        steps = args.packed_steps if "packing" in name and args.packed_steps else args.steps
-        proc = subprocess.run([sys.executable, __file__, "--one", name, "--work", str(work), "--steps",
-                               str(steps)], capture_output=True, text=True)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            sys.exit(f"run {name} failed:\n{proc.stderr[-3000:]}")
-        runs.append({**json.loads(lines[-1][7:]), "wall_s": time.perf_counter() - start})
-        print(f"{name}: done in {runs[-1]['wall_s']:.1f} s", flush=True)
+        for checkpointing in settings:
+            start = time.perf_counter()
+            steps = args.packed_steps if "packing" in name and args.packed_steps else args.steps
+            proc = subprocess.run([sys.executable, __file__, "--one", name, "--work", str(work), "--steps",
+                                   str(steps), "--checkpointing", checkpointing], capture_output=True, text=True)
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+            if proc.returncode or not lines:
+                sys.exit(f"run {name} (checkpointing {checkpointing}) failed:\n{proc.stderr[-3000:]}")
+            runs.append({**json.loads(lines[-1][7:]), "wall_s": time.perf_counter() - start})
+            print(f"{name}, checkpointing {checkpointing}: done in {runs[-1]['wall_s']:.1f} s", flush=True)
     report(runs)
     print(f"workspace: {work}")
 
