@@ -4,6 +4,7 @@
     tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
     tuneline tiny-model OUT_DIR [--preset demo]   tuneline export CONFIG [key=value ...]
     tuneline chat CONFIG [key=value ...] [--prompt TEXT]
+    tuneline retrain CONFIG REGISTERED_MODEL [key=value ...] [--force] [--metric eval_loss] [--min-delta 0]
     tuneline serve [PREFECT_YAML]                 (every deployment of deployments/prefect.yaml, one process)
 
 It lives in flows/ because `train` starts a Prefect flow and the library below never imports Prefect.
@@ -37,6 +38,14 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--prompt", help="answer this one message and exit (default: a conversation on stdin)")
         if name == "preview":
             cmd.add_argument("-n", type=int, default=2, help="examples to show")
+    retrain = sub.add_parser("retrain", help="train on new data only, promote only a better model")
+    retrain.add_argument("config")
+    retrain.add_argument("registered_model", help="the MLflow registered model whose 'champion' alias is managed")
+    retrain.add_argument("overrides", nargs="*", help="key=value, typed as in YAML")
+    retrain.add_argument("--force", action="store_true", help="train even when the data is unchanged")
+    retrain.add_argument("--metric", default="eval_loss", help="the evaluation metric that decides")
+    retrain.add_argument("--greater-is-better", action="store_true", help="higher --metric wins (default: lower)")
+    retrain.add_argument("--min-delta", type=float, default=0.0, help="the gain needed to replace the champion")
     serve = sub.add_parser("serve", help="serve every deployment of a prefect.yaml from this process")
     serve.add_argument("prefect_yaml", nargs="?", default="deployments/prefect.yaml")
     tiny = sub.add_parser("tiny-model", help="build the offline tiny Llama and tokenizer")
@@ -92,6 +101,18 @@ def _chat(args) -> int:
     return 0
 
 
+def _retrain(args) -> int:
+    import json
+
+    from flows.retrain import checked_retrain_config, retrain
+
+    checked_retrain_config(args.config, args.registered_model, args.overrides, args.min_delta)
+    print(json.dumps(retrain(args.config, args.registered_model, promotion_metric=args.metric,
+                             greater_is_better=args.greater_is_better, promotion_min_delta=args.min_delta,
+                             force=args.force, overrides=args.overrides), indent=2))
+    return 0
+
+
 def _serve(args) -> int:
     from pathlib import Path
 
@@ -114,7 +135,7 @@ def _tiny_model(args) -> int:
 
 
 COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export, "chat": _chat,
-            "serve": _serve, "tiny-model": _tiny_model}
+            "retrain": _retrain, "serve": _serve, "tiny-model": _tiny_model}
 
 
 def main(argv: list[str] | None = None) -> int:

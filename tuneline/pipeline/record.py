@@ -198,7 +198,8 @@ def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: di
     tracking.add_tags(run_id, {EVALUATION_TAG: f"skipped: {skipped}" if skipped else "done"}, tracking_uri=uri)
     version = tracking.get_run_tags(uri, run_id).get(REGISTERED_TAG)
     if config.pipeline.mlflow_registered_model and version is None:  # a cached rerun registers nothing new
-        tags = {"dataset_fingerprint": dataset_fp, **{k: str(v) for k, v in summary.items()}}
+        tags = {"dataset_fingerprint": dataset_fp, "base_model_key": keys.base_model_key(config),
+                **{k: str(v) for k, v in summary.items()}}
         version = tracking.register_model(run_id, config.pipeline.mlflow_registered_model, tags, tracking_uri=uri)
         tracking.add_tags(run_id, {REGISTERED_TAG: version}, tracking_uri=uri)
     tracking.finish_run(run_id, "FINISHED", tracking_uri=uri)

@@ -16,6 +16,7 @@ from tuneline.tracking.artifacts import (
 )
 from tuneline.tracking.background import BackgroundStepLogger
 from tuneline.tracking.params import flatten, log_params, param_values
+from tuneline.tracking.registry import alias_version, download_version, set_alias, tag_version
 from tuneline.tracking.runs import (
     add_tags,
     finish_run,
@@ -38,6 +39,10 @@ from tuneline.tracking.store import (
 )
 
 __all__ = [
+    "alias_version",
+    "download_version",
+    "set_alias",
+    "tag_version",
     "BackgroundStepLogger",
     "StepMetricLogger",
     "add_tags",
