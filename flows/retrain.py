@@ -11,7 +11,6 @@ reason. Each decision is a Prefect artifact and a tag on the version. Promotions
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from prefect import flow
@@ -97,8 +96,3 @@ def retrain(config_path: str, registered_model: str, promotion_metric: str = "ev
     return {"decision": alias, "version": new, "champion": new if decision.promote else champion["version"],
             "reason": decision.reason, "new_score": new_score, "champion_score": champion_score}
 
-
-if __name__ == "__main__":
-    from flows.cli import run
-
-    run(["retrain", *sys.argv[1:]])
