@@ -19,7 +19,7 @@ from tuneline.config.validate import check_model_path
 from tuneline.errors import ConfigError, UserError
 from tuneline.model.adapters import add_lora, attach_adapters, check_adapter_paths
 from tuneline.model.freeze import setup_freeze, setup_full
-from tuneline.model.precision import attention_kwargs, compute_dtype, quantization_kwargs
+from tuneline.model.precision import attention_kwargs, compute_dtype, quantization_kwargs, trains_on_cpu
 
 logger = logging.getLogger("tuneline")
 
@@ -104,6 +104,9 @@ def enable_checkpointing(model, config: RunConfig) -> None:
         logger.info("gradient checkpointing: FSDP's own (fsdp_activation_checkpointing in the accelerate config)")
         return
     kwargs, layout = checkpointing_kwargs(config)
+    if layout.get("offload") and trains_on_cpu(config):
+        raise ConfigError("'offload: true' in the checkpointing kwargs keeps checkpointed activations in pinned host "
+                          "memory, which needs a GPU; remove it on a CPU run")
     if kwargs["use_reentrant"] and os.environ.get("ACCELERATE_USE_FSDP") == "true" and (
             os.environ.get("FSDP_VERSION") == "2"):
         kwargs["use_reentrant"] = False  # FSDP2 shards parameters on the fly, which reentrant recomputation breaks

@@ -270,6 +270,12 @@ def test_reentrant_checkpointing_by_default_as_in_llamafactory_and_its_switches(
     assert kind() == "reentrant"
     assert kind(use_reentrant_gc=False) == "non-reentrant"
     assert kind(gradient_checkpointing_kwargs={"use_reentrant": False}) == "non-reentrant"
+    every_other = load_model(make_config(finetuning_type="full", activation_checkpointing_kwargs={"every_n_layers": 2}),
+                             tokenizer)
+    assert mlp_calls_in_one_step(every_other, batch) == 1  # layers 0, 2, ... only: the last of two is not recomputed
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU run, as on a machine without a GPU
+    with pytest.raises(ConfigError, match="'offload: true' in the checkpointing kwargs .* needs a GPU"):
+        load_model(make_config(gradient_checkpointing_kwargs={"offload": True}), tokenizer)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch` sets for an FSDP2 config
     monkeypatch.setenv("FSDP_VERSION", "2")
     assert kind() == "non-reentrant"
