@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config import RunConfig, load_config
+from tuneline.config.validate import badam_problems
 from tuneline.data.template_catalog import AUTO, TEMPLATES
 from tuneline.data.tools import TOOL_FORMATS
 from tuneline.devices import gpu_count
@@ -24,7 +25,10 @@ def checked_config(path: str | Path | None, overrides: list[str] | dict | None =
 
 def machine_and_library_problems(config: RunConfig) -> list[str]:
     cuda = gpu_count() > 0 and not config.training.get("use_cpu")
-    return template_problems(config) + missing_requirements(config, cuda)
+    problems = template_problems(config) + missing_requirements(config, cuda)
+    if cuda and not config.pipeline.num_processes and not badam_problems(config):  # one process per GPU
+        problems += badam_problems(config, gpu_count())
+    return problems
 
 
 def template_problems(config: RunConfig) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -82,8 +83,7 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'pref_loss: {ft.pref_loss}' uses no reference model; remove 'ref_model'")
     if ft.use_badam and ft.finetuning_type != "full":
         problems.append(f"'use_badam' trains full parameters; it conflicts with 'finetuning_type: {ft.finetuning_type}'")
-    if ft.pissa_init and ft.finetuning_type != "lora":
-        problems.append("'pissa_init' needs 'finetuning_type: lora'")
+    problems += _adapter_method_problems(config) + badam_problems(config)
     if not 0 <= ft.dpo_label_smoothing < 0.5:
         problems.append(f"'dpo_label_smoothing' is {ft.dpo_label_smoothing}; allowed: 0 <= value < 0.5")
     if ft.ppo_target <= 0 or ft.ppo_init_kl_coef < 0:
@@ -109,6 +109,67 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'early_stopping_steps: {ft.early_stopping_steps}' counts evaluations, but none run: set "
                         "'eval_strategy: steps' (with 'eval_steps') or 'eval_strategy: epoch'")
     return problems
+
+
+def _adapter_method_problems(config: RunConfig) -> list[str]:
+    """PiSSA and LoRA+ where they would be ignored, or (PiSSA) where the reference model would be wrong."""
+    ft, problems = config.finetuning, []
+    if ft.loraplus_lr_ratio is not None and ft.finetuning_type != "lora":
+        problems.append(f"'loraplus_lr_ratio' sets the learning rate of LoRA's B matrices; with 'finetuning_type: "
+                        f"{ft.finetuning_type}' there are none: remove it, or use 'finetuning_type: lora'")
+    if ft.pissa_convert and not ft.pissa_init:
+        problems.append("'pissa_convert' converts a PiSSA adapter to plain LoRA; without 'pissa_init: true' the "
+                        "adapter is plain LoRA already: remove it, or set 'pissa_init: true'")
+    if not ft.pissa_init:
+        return problems
+    if ft.finetuning_type != "lora":
+        problems.append("'pissa_init' needs 'finetuning_type: lora'")
+    reference_free = ft.stage == "dpo" and ft.pref_loss in ("orpo", "simpo")
+    if ft.stage in ("dpo", "kto", "ppo") and not reference_free and not ft.ref_model:
+        problems.append(f"'pissa_init' with 'stage: {ft.stage}' and no 'ref_model': the reference would be the policy "
+                        "with its adapter switched off, which PiSSA leaves without the weights it moved into the "
+                        "adapter; set 'ref_model' (e.g. to the base model), or remove 'pissa_init'")
+    if config.model.adapter_name_or_path and (not ft.create_new_adapter or config.model.quantization_bit):
+        problems.append("'pissa_init' initialises a new adapter, but the last adapter of 'adapter_name_or_path' keeps "
+                        "training: set 'create_new_adapter: true' (unquantized base), or remove 'pissa_init'")
+    if ft.pissa_convert and config.training.get("push_to_hub"):
+        problems.append("'push_to_hub' uploads the PiSSA adapter as trained, not the one 'pissa_convert' saves; "
+                        "upload output_dir yourself after training, or remove 'push_to_hub'")
+    return problems
+
+
+def badam_problems(config: RunConfig, world_size: int | None = None) -> list[str]:
+    """What BAdam cannot serve in `world_size` processes: this launch's (WORLD_SIZE) when training, else the planned
+    ones ('num_processes'; preflight passes the GPUs the launcher will use). The optimizer checks its launch again."""
+    if not config.finetuning.use_badam:
+        return []
+    world_size = world_size or int(os.environ.get("WORLD_SIZE", "0")) or config.pipeline.num_processes or 1
+    return block_optimizer_problems(config.finetuning, world_size, zero_stage(config.training.get("deepspeed")))
+
+
+def block_optimizer_problems(ft, world_size: int, stage: int) -> list[str]:
+    """badam's block optimizer runs in one process, or across processes under DeepSpeed ZeRO-3 in layer mode."""
+    if ft.badam_mode == "ratio" and (world_size > 1 or stage):
+        return [f"'badam_mode: ratio' runs in one process without DeepSpeed (got {world_size} process(es)"
+                f"{f', ZeRO-{stage}' if stage else ''}); use 'badam_mode: layer' with DeepSpeed ZeRO-3 for several "
+                "processes, or train in one process ('num_processes: 1')"]
+    if ft.badam_mode == "layer" and (world_size > 1 or stage) and stage != 3:
+        return [f"'badam_mode: layer' on {world_size} process(es) needs DeepSpeed ZeRO-3 (got "
+                f"{f'ZeRO-{stage}' if stage else 'no DeepSpeed'}); use a ZeRO-3 'deepspeed' config or train in one "
+                "process ('num_processes: 1')"]
+    return []
+
+
+def zero_stage(deepspeed) -> int:
+    """ZeRO stage of a DeepSpeed config given as a dict or a JSON file path; 0 without DeepSpeed."""
+    if not deepspeed:
+        return 0
+    if isinstance(deepspeed, (str, Path)):
+        try:
+            deepspeed = json.loads(Path(deepspeed).read_text())
+        except (OSError, json.JSONDecodeError):
+            return 0
+    return int(deepspeed.get("zero_optimization", {}).get("stage", 0) or 0)
 
 
 REPORTS_TO = ("none", "mlflow")  # tuneline records every run in MLflow itself

@@ -22,7 +22,7 @@ _LAZY = {
     "create_loraplus_optimizer": "tuneline.model.optimizers",
     "create_badam_optimizer": "tuneline.model.optimizers",
     "prepare_trainer_for_badam": "tuneline.model.optimizers",
-    "badam_problems": "tuneline.model.optimizers",
+    "badam_problems": "tuneline.config.validate",
 }
 
 __all__ = ["load_tokenizer", "model_fingerprint", "tokenizer_fingerprint", *_LAZY]

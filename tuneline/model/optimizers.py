@@ -6,12 +6,9 @@ adafactor, sgd, ...) keeps working underneath.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from pathlib import Path
 
-from tuneline.config import RunConfig
+from tuneline.config.validate import block_optimizer_problems, zero_stage
 from tuneline.errors import ConfigError, UserError
 
 
@@ -52,50 +49,11 @@ def loraplus_param_groups(model, training_args, finetuning_args) -> list[dict]:
 
 def create_loraplus_optimizer(model, training_args, finetuning_args):
     """LoRA+ (Hayou et al. 2024): B learns faster than A; the base optimizer is the one `optim` names."""
-    if finetuning_args.finetuning_type != "lora":
-        raise ConfigError(f"'loraplus_lr_ratio' applies to LoRA adapters, not 'finetuning_type: "
-                          f"{finetuning_args.finetuning_type}'")
     optim_cls, optim_kwargs = _optimizer_cls_and_kwargs(model, training_args)
     return optim_cls(loraplus_param_groups(model, training_args, finetuning_args), **optim_kwargs)
 
 
 # --- BAdam
-
-
-def _zero_stage(deepspeed) -> int:
-    """ZeRO stage of a DeepSpeed config given as a dict or a JSON file path; 0 without DeepSpeed."""
-    if not deepspeed:
-        return 0
-    if isinstance(deepspeed, (str, Path)):
-        try:
-            deepspeed = json.loads(Path(deepspeed).read_text())
-        except (OSError, json.JSONDecodeError):
-            return 0
-    return int(deepspeed.get("zero_optimization", {}).get("stage", 0) or 0)
-
-
-def badam_problems(config: RunConfig, world_size: int | None = None) -> list[str]:
-    """What BAdam cannot serve: adapters, ratio mode across processes, layer mode across processes without ZeRO-3."""
-    ft = config.finetuning
-    if not ft.use_badam:
-        return []
-    problems = []
-    if ft.finetuning_type != "full":
-        problems.append(f"'use_badam' updates blocks of the full model; it conflicts with 'finetuning_type: "
-                        f"{ft.finetuning_type}' (use 'finetuning_type: full')")
-    world_size = world_size or int(os.environ.get("WORLD_SIZE", "0")) or config.pipeline.num_processes or 1
-    stage = _zero_stage(config.training.get("deepspeed"))
-    if ft.badam_mode == "ratio" and (world_size > 1 or stage):
-        problems.append("'badam_mode: ratio' runs in one process without DeepSpeed; use 'badam_mode: layer' with "
-                        "DeepSpeed ZeRO-3 for several processes")
-    elif ft.badam_mode == "layer" and (world_size > 1 or stage) and stage != 3:
-        problems.append(f"'badam_mode: layer' on {world_size} process(es) needs DeepSpeed ZeRO-3 "
-                        f"(got {'ZeRO-' + str(stage) if stage else 'no DeepSpeed'}); use a ZeRO-3 'deepspeed' "
-                        "config or train in one process")
-    if ft.badam_mode == "ratio" and not 0 < ft.badam_update_ratio <= 1:
-        problems.append(f"'badam_update_ratio' is {ft.badam_update_ratio}; allowed: 0 < value <= 1")
-    return problems
-
 
 def _require_badam():
     try:
@@ -105,10 +63,12 @@ def _require_badam():
     return badam
 
 
-def create_badam_optimizer(model, training_args, finetuning_args, config: RunConfig | None = None):
-    """BAdam's block optimizer around the optimizer `optim` names (layer mode) or its sparse Adam (ratio mode)."""
+def create_badam_optimizer(model, training_args, finetuning_args):
+    """BAdam's block optimizer around the optimizer `optim` names (layer mode) or its sparse Adam (ratio mode);
+    refused, naming the key, where this launch's processes or DeepSpeed stage are ones badam cannot serve."""
     badam = _require_badam()
-    if config is not None and (problems := badam_problems(config)):
+    problems = block_optimizer_problems(finetuning_args, training_args.world_size, zero_stage(training_args.deepspeed))
+    if problems:
         raise ConfigError(problems)
     decay = _decay_parameter_names(model)
     named = [(n, p) for n, p in model.named_parameters()]
@@ -132,9 +92,26 @@ def create_badam_optimizer(model, training_args, finetuning_args, config: RunCon
 
 
 def prepare_trainer_for_badam(trainer) -> None:
-    """The two patches BAdam needs: gradient clipping that accepts sparse grads, and its callback."""
+    """What BAdam needs from the Trainer (LLaMA-Factory wires the same): gradient clipping that accepts ratio mode's
+    sparse gradients, and badam's callback, which hands the block optimizer to DeepSpeed ZeRO-3's."""
     from types import MethodType
 
     badam = _require_badam()
     trainer.accelerator.clip_grad_norm_ = MethodType(badam.clip_grad_norm_old_version, trainer.accelerator)
-    trainer.add_callback(badam.BAdamCallback)
+    trainer.add_callback(_callback_class(badam)())
+
+
+def _callback_class(badam):
+    class BAdamCallback(badam.BAdamCallback):
+        """badam's callback, keeping gradient checkpointing working: badam's removes the embeddings' input gradients
+        for a checkpointing of its own, which tuneline (checkpointing since the model loaded) does not use; without
+        them a reentrant checkpoint gives no layer a gradient, so they are put back."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            model = kwargs["model"]
+            checkpointing = getattr(model, "is_activation_checkpointing", False)
+            super().on_train_begin(args, state, control, **kwargs)
+            if checkpointing:
+                model.enable_input_require_grads()
+
+    return BAdamCallback

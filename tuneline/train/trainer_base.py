@@ -35,17 +35,37 @@ def build_custom_optimizer(model, training_args, finetuning_args):
 
 
 class TunelineTrainer(Trainer):
-    """transformers' Trainer with checkpoints that are complete or absent, and the custom optimizer hook."""
+    """transformers' Trainer with checkpoints that are complete or absent, the custom optimizer hook, and what the
+    finetuning keys need from the trainer (BAdam's callback and clipping, PiSSA's conversion at the final save)."""
 
     def __init__(self, *args, finetuning_args=None, **kwargs):
         self.finetuning_args = finetuning_args
         self._staging: str | None = None
         super().__init__(*args, **kwargs)
+        if getattr(finetuning_args, "use_badam", False):
+            from tuneline.model.optimizers import prepare_trainer_for_badam
+
+            prepare_trainer_for_badam(self)
+        if getattr(finetuning_args, "pissa_convert", False):
+            from tuneline.model.pissa import PissaConvertCallback
+
+            self.add_callback(PissaConvertCallback())
 
     def create_optimizer(self, model=None):
         if self.optimizer is None:
             self.optimizer = build_custom_optimizer(self.model, self.args, self.finetuning_args)
         return super().create_optimizer(model) if model is not None else super().create_optimizer()
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """With `pissa_convert`, the final save (checkpoints are internal calls and keep the PiSSA adapter to resume
+        from) holds the adapter converted to plain LoRA on the original weights: what evaluation, export and
+        users load."""
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call and self.args.should_save and getattr(self.finetuning_args, "pissa_convert", False):
+            from tuneline.model.pissa import convert_pissa_adapter, pissa_init_dir
+
+            convert_pissa_adapter(self.accelerator.unwrap_model(self.model), output_dir or self.args.output_dir,
+                                  pissa_init_dir(self.args.output_dir))
 
     def _run_epoch(self, *args, **kwargs):
         """Train nothing when resumed at or past the last step: transformers would skip the batches already seen
