@@ -1,6 +1,7 @@
-"""Custom optimizers a trainer plugs into `Trainer.create_optimizer`: LoRA+ and BAdam.
+"""Custom optimizers a trainer plugs into `Trainer.create_optimizer` (LoRA+ and BAdam), and the optimizer of a
+training loop of tuneline's own (PPO's), built as the Trainer would build it.
 
-Both build on `Trainer.get_optimizer_cls_and_kwargs`, so every `optim` transformers offers (adamw_torch,
+All build on `Trainer.get_optimizer_cls_and_kwargs`, so every `optim` transformers offers (adamw_torch,
 adafactor, sgd, ...) keeps working underneath.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from tuneline.config.ppo_keys import TRAINER_ONLY_OPTIMIZERS
 from tuneline.config.validate import block_optimizer_problems, zero_stage
 from tuneline.errors import ConfigError, UserError
 
@@ -51,6 +53,34 @@ def create_loraplus_optimizer(model, training_args, finetuning_args):
     """LoRA+ (Hayou et al. 2024): B learns faster than A; the base optimizer is the one `optim` names."""
     optim_cls, optim_kwargs = _optimizer_cls_and_kwargs(model, training_args)
     return optim_cls(loraplus_param_groups(model, training_args, finetuning_args), **optim_kwargs)
+
+
+def decay_groups(model, weight_decay: float) -> list[dict]:
+    """The Trainer's two parameter groups: `weight_decay` on weights, none on biases and norms."""
+    decay = _decay_parameter_names(model)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [{"params": [p for n, p in named if n in decay], "weight_decay": weight_decay},
+              {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
+
+
+def loop_optimizer(model, extra, training_args, finetuning_args):
+    """For a training loop of tuneline's own: the optimizer the Trainer would build for `model` (`optim` with
+    `optim_args`, no decay on biases and norms, LoRA+ groups when `loraplus_lr_ratio`), with the parameters of
+    `extra` (PPO's value head) in groups of their own at `learning_rate`."""
+    import torch
+
+    optim_cls, optim_kwargs = _optimizer_cls_and_kwargs(model, training_args)
+    built_by_trainer = not (isinstance(optim_cls, type) and issubclass(optim_cls, torch.optim.Optimizer)) or any(
+        key in optim_kwargs for key in ("params", "model", "optimizer_dict"))
+    if built_by_trainer or str(training_args.optim).startswith(TRAINER_ONLY_OPTIMIZERS):
+        raise ConfigError(f"'optim: {training_args.optim}' is driven by transformers' Trainer, which this stage's "
+                          "training loop is not; use a plain optimizer such as adamw_torch, adafactor or sgd")
+    if finetuning_args.loraplus_lr_ratio:
+        groups = loraplus_param_groups(model, training_args, finetuning_args)
+    else:
+        groups = decay_groups(model, training_args.weight_decay)
+    return optim_cls(groups + decay_groups(extra, training_args.weight_decay), **optim_kwargs)
 
 
 # --- BAdam

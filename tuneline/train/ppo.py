@@ -31,9 +31,11 @@ from typing import Any
 import torch
 
 from tuneline.errors import UserError
+from tuneline.model.optimizers import loop_optimizer
 from tuneline.rewards import load_reward_model, sample_answers, sampled_reward, sequence_scores
 from tuneline.train import ppo_core
 from tuneline.train.ppo_models import VALUE_HEAD_FILE, load_reference, load_value_head
+from tuneline.train.ppo_schedule import PPOSchedule, loader_settings, lr_scheduler, prompt_batches
 
 
 @dataclass
@@ -133,10 +135,8 @@ class PPOLoop:
         ft = config.finetuning
         self.kl = ppo_core.AdaptiveKL(ft.ppo_init_kl_coef, ft.ppo_target)
         self.gen = config.generating
-        params = [p for p in policy.parameters() if p.requires_grad] + list(head.parameters())
-        self.params = params
-        self.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,
-                                           betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+        self.optimizer = loop_optimizer(policy, head, args, ft)  # `optim`, LoRA+, as the Trainer builds them
+        self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.minibatch_order = torch.Generator().manual_seed(args.seed)  # checkpointed, as the global RNG is
         self.log_window: dict[str, list[float]] = {}  # metrics since the last log, checkpointed too
 
@@ -215,33 +215,6 @@ class PPOLoop:
         return sampled_reward(self.policy, self.reward_model, self.tokenizer, dataset, collator, self.gen,
                               seed=self.args.seed, batch_size=self.args.per_device_eval_batch_size,
                               limit=self.config.pipeline.eval_max_samples)
-
-
-def prompt_batches(dataset, collator, batch_size: int, seed: int, skip: int = 0, rank: int = 0, world: int = 1):
-    """Endless shuffled batches of prompts, one epoch after another, after skipping the first `skip`.
-
-    The order depends on the seed alone, so a resumed run skips the batches it already trained on (drawing
-    index orders only, no rows) and continues with the ones the uninterrupted run would have seen. With
-    `world` processes, `batch_size` is each one's share: process `rank` takes every world-th row of a batch of
-    batch_size * world prompts.
-    """
-    if world > 1 and len(dataset) < world:
-        raise UserError(f"ppo has {len(dataset)} training prompts for {world} processes; each needs at least one",
-                        title="ppo")
-    batch_size *= world
-    from torch.utils.data import DataLoader
-
-    generator = torch.Generator().manual_seed(seed)
-    indices = DataLoader(range(len(dataset)), batch_size=batch_size, shuffle=True, generator=generator,
-                         drop_last=len(dataset) >= batch_size, collate_fn=list)
-    prompts = dataset.select_columns(["input_ids", "attention_mask"])
-    while True:
-        for rows in indices:
-            if skip:
-                skip -= 1
-                continue
-            rows = rows[: len(rows) - len(rows) % world]  # an equal share each (a short last batch only)
-            yield collator([prompts[i] for i in rows[rank::world]])
 
 
 def save_policy(loop: PPOLoop, folder: Path) -> None:
@@ -331,17 +304,15 @@ def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
 
 def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: Path) -> dict[str, float]:
     """PPO steps until max_steps (or num_train_epochs of prompts), logging and checkpointing on the way."""
-    from transformers import TrainerControl, TrainerState, get_scheduler
+    from transformers import TrainerControl, TrainerState
 
     from tuneline.train.callbacks import MlflowMetricsCallback
 
     args, processes = loop.args, loop.processes
     train = datasets["train"]
-    rollout_size = (args.per_device_train_batch_size * max(1, args.gradient_accumulation_steps)
-                    * max(1, loop.config.finetuning.ppo_buffer_size))  # each process's share
-    per_epoch = max(1, len(train) // (rollout_size * processes.world))
-    max_steps = args.max_steps if args.max_steps > 0 else int(args.num_train_epochs * per_epoch)
-    scheduler = get_scheduler(args.lr_scheduler_type, loop.optimizer, args.get_warmup_steps(max_steps), max_steps)
+    plan = PPOSchedule.plan(args, loop.config.finetuning.ppo_buffer_size, len(train), processes.world)
+    max_steps = plan.max_steps
+    scheduler = lr_scheduler(loop.optimizer, args, max_steps)
     state = TrainerState(max_steps=max_steps, logging_steps=args.logging_steps,
                          is_local_process_zero=processes.state.is_local_main_process,
                          is_world_process_zero=processes.is_main)  # the callbacks log and write on the main one
@@ -351,11 +322,11 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
     if resume:
         resume_from(loop, state, scheduler, Path(resume))
     for callback in callbacks:
-        callback.on_train_begin(args, state, control)
+        callback.on_train_begin(args, state, control, model=loop.policy)
     if state.global_step == 0 and has_validation(datasets):  # the reward before training, to compare with after
         _log(callbacks, args, state, {"eval_reward": loop.mean_reward(datasets["validation"], collator)})
-    batches = prompt_batches(train, collator, rollout_size, args.seed, skip=state.global_step,
-                             rank=processes.rank, world=processes.world)
+    batches = prompt_batches(train, collator, plan.rollout_size, args.seed, skip=state.global_step,
+                             rank=processes.rank, world=processes.world, loader=loader_settings(args))
     window = loop.log_window
     start = time.time()
     while state.global_step < max_steps:
@@ -363,19 +334,19 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
             window.setdefault(name, []).append(ppo_core.finite(value))
         scheduler.step()
         state.global_step += 1
-        state.epoch = state.global_step / per_epoch
-        if state.global_step % max(1, int(args.logging_steps)) == 0 or state.global_step == max_steps:
+        state.epoch = state.global_step / plan.per_epoch
+        if plan.logs_at(state.global_step):
             logs = {name: sum(v) / len(v) for name, v in window.items()}
             logs["learning_rate"] = scheduler.get_last_lr()[0]
             _log(callbacks, args, state, logs)
             window.clear()
-        if args.save_strategy == "steps" and args.save_steps and state.global_step % int(args.save_steps) == 0:
+        if plan.saves_at(state.global_step):
             save_checkpoint(loop, state, scheduler, output_dir)
             for callback in callbacks:
                 if isinstance(callback, MlflowMetricsCallback):
                     callback.flush()  # the steps this checkpoint covers reach MLflow before a resume from it
     for callback in callbacks:
-        callback.on_train_end(args, state, control)
+        callback.on_train_end(args, state, control, model=loop.policy)
     return {"train_runtime": time.time() - start, "train_steps": float(state.global_step),
             "train_reward": state.log_history[-1].get("reward", 0.0) if state.log_history else 0.0}
 
@@ -389,7 +360,7 @@ def write_results(output_dir: Path, train: dict, evals: dict) -> None:
 
 def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
     """Train the ppo stage on the processed prompts; returns output_dir, global step and metrics."""
-    from transformers import set_seed
+    from transformers import enable_full_determinism, set_seed
 
     from tuneline.data import build_collator, load_processed
     from tuneline.model import load_model, load_tokenizer
@@ -397,7 +368,10 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
     from tuneline.train.training_args import build_training_args
 
     args = build_training_args(config)
-    set_seed(args.seed)
+    if args.full_determinism:
+        enable_full_determinism(args.seed)
+    else:
+        set_seed(args.seed)
     output_dir = Path(args.output_dir)
     tokenizer = load_tokenizer(config.model)
     tokenizer.padding_side = "left"
@@ -409,10 +383,16 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
     loop = PPOLoop(config, args, policy, tokenizer, reward_model, head, reference.to(args.device), context)
     collator = build_collator("ppo", tokenizer, config.data.pad_to_multiple_of)
     callbacks = build_callbacks(config, output_dir, extra_callbacks)
+    if config.finetuning.pissa_convert:
+        from tuneline.model.pissa import PissaConvertCallback, convert_pissa_adapter, pissa_init_dir
+
+        callbacks.append(PissaConvertCallback())  # saves the initial adapter when training starts
     try:
         train_metrics = train_loop(loop, datasets, collator, callbacks, output_dir)
         if loop.processes.is_main:
             save_policy(loop, output_dir)
+            if config.finetuning.pissa_convert:  # what evaluation, export and users load: plain LoRA
+                convert_pissa_adapter(policy, output_dir, pissa_init_dir(output_dir))
         evals = {}
         if has_validation(datasets):  # every process samples the same prompts with the same seed
             evals["eval_reward"] = loop.mean_reward(datasets["validation"], collator)

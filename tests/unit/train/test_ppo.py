@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import TrainerCallback
 
 from tuneline.config import load_config
 from tuneline.errors import ConfigError
@@ -206,6 +207,77 @@ def test_ppo_resumed_from_a_checkpoint_ends_as_the_uninterrupted_run(tiny_model_
     assert all(torch.allclose(heads[0][k], heads[1][k], atol=1e-6) for k in heads[0])
     state = torch.load(whole / "checkpoint-4" / "ppo_state.pt", weights_only=False)
     assert {int(s["step"]) for s in state["optimizer"]["state"].values()} == {4 * 2}  # steps x ppo_epochs
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"finetuning_type": "full", "use_badam": True}, "'use_badam: true' is not supported by 'stage: ppo'"),
+    ({"neftune_noise_alpha": 5}, "'neftune_noise_alpha: 5.0' has no effect under 'stage: ppo': NEFTune's"),
+    ({"save_strategy": "best"}, "'save_strategy: best' has no effect under 'stage: ppo'"),
+    ({"optim": "galore_adamw"}, "'optim: galore_adamw' is driven by transformers' Trainer"),
+    ({"optim": "schedule_free_adamw"}, "'optim: schedule_free_adamw' is driven by transformers' Trainer"),
+    ({"torch_compile": True}, "'torch_compile: True' has no effect under 'stage: ppo'"),
+    ({"eval_strategy": "steps"}, "'eval_strategy: steps' has no effect under 'stage: ppo': the loop measures"),
+    ({"do_train": False}, r"'do_train: False' has no effect under 'stage: ppo'.*only True is accepted"),
+    ({"pissa_init": True}, "'pissa_init' with 'stage: ppo' and no 'ref_model'"),
+])
+def test_keys_the_ppo_loop_would_ignore_are_refused(tiny_model_dir, tmp_path, keys, message):
+    with pytest.raises(ConfigError, match=message):
+        make_config(tiny_model_dir, tmp_path / "ppo", tmp_path / "cache", stage="ppo", dataset="demo_sft",
+                    reward_model=str(tiny_model_dir), **keys)
+
+
+def test_a_llamafactory_ppo_config_is_accepted(tiny_model_dir, tmp_path):
+    """The keys LLaMA-Factory's PPO example carries besides those the loop reads: accepted at what the loop does."""
+    config = make_config(tiny_model_dir, tmp_path / "ppo", tmp_path / "cache", stage="ppo", dataset="demo_sft",
+                         reward_model=str(tiny_model_dir), do_train=True, overwrite_output_dir=True, plot_loss=True,
+                         dataloader_num_workers=4, save_only_model=False, report_to="none", warmup_ratio=0.1,
+                         ddp_timeout=180000000, save_steps=500, num_train_epochs=3.0, lr_scheduler_type="cosine")
+    assert config.stage == "ppo"
+
+
+class TrainedPolicy(TrainerCallback):
+    """The policy's logits on fixed prompts when training ends, and the optimizer's learning rates then."""
+
+    def __init__(self, ids):
+        self.ids, self.logits = ids, None
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        model.eval()
+        with torch.no_grad():
+            self.logits = model(input_ids=self.ids, attention_mask=torch.ones_like(self.ids)).logits
+
+
+@pytest.mark.slow
+def test_ppo_honours_optim_loraplus_epoch_saves_workers_and_pissa(tiny_model_dir, reward_model_dir, tmp_path):
+    """`optim: sgd` with LoRA+ learning rates (the value head at `learning_rate`), a checkpoint at the end of each
+    epoch of prompts, prompts loaded by a DataLoader worker, and a PiSSA adapter (against its own reference
+    model) saved converted: on the original base it reproduces the trained policy."""
+    from safetensors.torch import load_file
+
+    from tuneline.data import build_dataset
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.ppo import run
+
+    config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, max_samples=16, val_size=8, max_steps=4,
+                        optim="sgd", loraplus_lr_ratio=4.0, learning_rate=1e-2, save_strategy="epoch",
+                        pissa_init=True, pissa_convert=True, ref_model=str(tiny_model_dir), lora_rank=4,
+                        dataloader_num_workers=1)
+    ids = torch.randint(4, 300, (2, 10), generator=torch.Generator().manual_seed(0))
+    trained = TrainedPolicy(ids)
+    run(config, build_dataset(config), [trained])
+    out = config.output_dir
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]  # 8 prompts, 4 a step
+    state = torch.load(out / "checkpoint-4" / "ppo_state.pt", weights_only=False)["optimizer"]
+    assert sorted({group["lr"] for group in state["param_groups"]}) == [1e-2, 4e-2]  # A and head; B x4
+    assert all(not s for s in state["state"].values())  # SGD without momentum keeps no state
+    assert load_file(str(out / "adapter_model.safetensors"))  # the converted adapter, rank 2r:
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 8
+    tokenizer = load_tokenizer(config.model)
+    base = ppo_config(tiny_model_dir, reward_model_dir, tmp_path / "base")
+    policy = load_model(base, tokenizer, is_trainable=False, adapters=str(out))
+    with torch.no_grad():
+        converted = policy(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    assert torch.allclose(converted, trained.logits, atol=1e-4)
 
 
 def test_one_ppo_update_moves_log_probs_along_the_advantages(tiny_model_dir, reward_model_dir, tmp_path):
