@@ -11,6 +11,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and alone: this exact version is a local CPU wheel; any other request pulls a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
+	# DeepSpeed from source with its CPU comm op built now, against this torch, and no other op (no CUDA here): a
+	# DeepSpeed run on CPU would otherwise compile it at its start. No cache: a cached wheel may lack the op.
+	$(BIN)/pip install -q ninja
+	DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=1 DS_ACCELERATOR=cpu $(BIN)/pip install -q --no-cache-dir --no-build-isolation \
+		'deepspeed>=0.17,<0.20'
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 

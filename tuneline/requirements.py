@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from tuneline.deepspeed_setup import deepspeed_problems
+
 
 def installed(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
@@ -38,9 +40,7 @@ def missing_requirements(config, cuda: bool) -> list[str]:
         problems.append(flash_attention_problem(cuda))
     if config.training.get("fp16") and not cuda:
         problems.append("'fp16: true' needs a CUDA GPU and none is visible; on CPU use 'bf16: true' or neither")
-    if config.training.get("deepspeed") and not installed("deepspeed"):
-        problems.append(f"'deepspeed: {config.training['deepspeed']}' needs the deepspeed package, which is not "
-                        "installed: `pip install -e '.[deepspeed]'`, or remove 'deepspeed'")
+    problems += deepspeed_problems(config.training.get("deepspeed"))
     if config.finetuning.use_badam and not installed("badam"):
         problems.append("'use_badam: true' needs the badam package: `pip install -e '.[badam]'`")
     return [problem for problem in problems if problem]

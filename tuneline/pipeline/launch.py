@@ -2,7 +2,8 @@
 
 One process on CPU (or `num_processes` CPU processes over gloo), one per GPU with `--multi_gpu`, or what an
 accelerate config file says (FSDP, several machines) from `accelerate_config`. DeepSpeed comes from `deepspeed`
-(a ds_config JSON) and is set up by transformers inside the child.
+(a ds_config JSON): accelerate's DeepSpeed launcher starts the processes and transformers sets DeepSpeed up inside
+the child (tuneline.deepspeed_setup says what else it takes, on CPU too).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from tuneline.deepspeed_setup import launch_environment
 from tuneline.devices import gpu_count
 from tuneline.errors import UserError
 from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
@@ -54,8 +56,11 @@ def launcher(config) -> list[str]:
     gpus = gpu_count()
     use_cpu = not gpus or bool(config.training.get("use_cpu"))
     processes = config.pipeline.num_processes or (1 if use_cpu else gpus)
-    # accelerate starts N CPU processes (gloo) only with --multi_gpu and ACCELERATE_USE_CPU in its environment
-    cmd = ["env", "ACCELERATE_USE_CPU=true"] if use_cpu else []
+    deepspeed = bool(config.training.get("deepspeed")) and not config.pipeline.accelerate_config
+    if deepspeed:
+        cmd = launch_environment(use_cpu)
+    else:  # accelerate starts N CPU processes (gloo) only with --multi_gpu and ACCELERATE_USE_CPU in its environment
+        cmd = ["env", "ACCELERATE_USE_CPU=true"] if use_cpu else []
     cmd += ACCELERATE_LAUNCH
     if config.pipeline.accelerate_config:
         cmd += ["--config_file", str(config.pipeline.accelerate_config)]
@@ -64,7 +69,9 @@ def launcher(config) -> list[str]:
     else:
         cmd += ["--num_machines", "1", "--num_processes", str(processes), "--mixed_precision", "no",
                 "--dynamo_backend", "no"]
-        if processes > 1:
+        if deepspeed:  # its launcher sets the rank variables DeepSpeed needs, one process too; on a free port, so
+            cmd += ["--use_deepspeed", "--main_process_port", "0"]  # that trainings side by side do not collide
+        elif processes > 1:
             cmd += ["--multi_gpu"]
     if use_cpu:
         cmd += ["--num_cpu_threads_per_process", str(cpu_threads_per_process(processes))]

@@ -77,6 +77,7 @@ def train(config_path: str, dataset_path: str | None) -> dict:
     from accelerate import PartialState
 
     from tuneline.config import load_config
+    from tuneline.deepspeed_setup import share_process_group
     from tuneline.train import stage_runner
     from tuneline.train.output_dir import write_run_file
     from tuneline.train.training_args import build_training_args
@@ -84,6 +85,7 @@ def train(config_path: str, dataset_path: str | None) -> dict:
     config = load_config(config_path)
     run = stage_runner(config.stage)
     _ = build_training_args(config).device  # sets up the process group this launch asked for
+    share_process_group(config.training)  # DeepSpeed's comm on that group (accelerate does it on GPUs only)
     state = PartialState()
     dataset_ref = dataset_reference(config, dataset_path)
     lock = prepare(config, dataset_ref, state.is_main_process, state.wait_for_everyone)
