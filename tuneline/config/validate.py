@@ -12,6 +12,7 @@ import yaml
 from tuneline.config.args import DataArgs
 from tuneline.config.ppo_keys import ppo_problems
 from tuneline.config.run_config import RunConfig
+from tuneline.config.scope import scope_problems
 from tuneline.errors import did_you_mean
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -85,6 +86,7 @@ def _check_keys(config: RunConfig) -> list[str]:
     if ft.use_badam and ft.finetuning_type != "full":
         problems.append(f"'use_badam' trains full parameters; it conflicts with 'finetuning_type: {ft.finetuning_type}'")
     problems += _adapter_method_problems(config) + ppo_problems(config) + badam_problems(config)
+    problems += scope_problems(config)
     if not 0 <= ft.dpo_label_smoothing < 0.5:
         problems.append(f"'dpo_label_smoothing' is {ft.dpo_label_smoothing}; allowed: 0 <= value < 0.5")
     if ft.ppo_target <= 0 or ft.ppo_init_kl_coef < 0:

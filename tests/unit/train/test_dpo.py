@@ -40,8 +40,9 @@ make_trainer = partial(preference_trainer, DPOTrainer)
 @pytest.mark.parametrize(("finetuning_type", "pref_loss"), [("lora", "sigmoid"), ("full", "ipo"),
                                                              ("freeze", "hinge")])
 def test_precomputed_and_live_reference_agree(tmp_path, tiny_model_dir, cache_dir, finetuning_type, pref_loss):
-    config = make_config(tmp_path, tiny_model_dir, cache_dir, finetuning_type=finetuning_type,
-                         pref_loss=pref_loss, freeze_trainable_layers=1)
+    freeze = {"freeze_trainable_layers": 1} if finetuning_type == "freeze" else {}  # refused elsewhere
+    config = make_config(tmp_path, tiny_model_dir, cache_dir, finetuning_type=finetuning_type, pref_loss=pref_loss,
+                         **freeze)
     data_ref = build_dataset(config)
     ref_ref = build_reference_logps(config, data_ref)
     assert ref_ref["needed"] and ref_ref["rows"] == {"train": 48, "validation": 16}

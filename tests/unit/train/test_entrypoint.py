@@ -133,8 +133,10 @@ def test_two_cpu_processes_follow_the_one_process_loss_curve(tiny_model_dir, sft
     from tuneline.config import load_config
     from tuneline.pipeline.launch import launch_command, run_streaming
 
-    settings = {**RESUME_SETTINGS, "finetuning_type": "full", "lora_dropout": 0.0, "max_steps": 4,
-                "save_steps": 100, "learning_rate": 5e-3, "lr_scheduler_type": "constant", "warmup_steps": 0}
+    lora = {k for k in RESUME_SETTINGS if k.startswith("lora_")}  # refused outside LoRA runs
+    settings = {**{k: v for k, v in RESUME_SETTINGS.items() if k not in lora}, "finetuning_type": "full",
+                "max_steps": 4, "save_steps": 100, "learning_rate": 5e-3, "lr_scheduler_type": "constant",
+                "warmup_steps": 0}
     one_dir, two_dir = tmp_path / "one", tmp_path / "two"
     one_cfg = write_config(tmp_path / "one.yaml", tiny_model_dir, one_dir, **settings)
     two_cfg = write_config(tmp_path / "two.yaml", tiny_model_dir, two_dir,

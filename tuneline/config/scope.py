@@ -1,0 +1,148 @@
+"""Keys that mean something only in some runs (a stage, a finetuning type, another key turned on), and keys tuneline
+reads nowhere. Set where they would change nothing, they are refused, naming what they need: a config carrying
+`lora_rank` into a full-tuning run, or `top_p` into greedy decoding, would otherwise be accepted and ignored.
+tests/unit/test_config_keys_honoured.py tries every key where it applies and where it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tuneline.config.args import GROUPS
+from tuneline.config.run_config import RunConfig
+
+Rule = tuple[Callable[[RunConfig], bool], str]
+
+
+def _type(name: str) -> Rule:
+    return (lambda c: c.finetuning.finetuning_type == name, f"with 'finetuning_type: {name}'")
+
+
+def _stages(*names: str) -> Rule:
+    return (lambda c: c.stage in names, "with " + " or ".join(f"'stage: {n}'" for n in names))
+
+
+def _key(name: str, test: Callable[[object], bool] = bool, what: str = "") -> Rule:
+    return (lambda c: test(c.flat().get(name)), what or f"with '{name}' set")
+
+
+# Optimizers of transformers whose `optim_args` are read (the others take none).
+OPTIM_ARGS_READERS = ("sgd", "adagrad", "rmsprop", "adamw_anyprecision", "grokadamw", "galore", "apollo", "lomo",
+                      "schedule_free", "adamw_torch_4bit", "adamw_torch_8bit", "ademamix", "lion", "paged",
+                      "adamw_bnb_8bit", "adamw_8bit", "rmsprop_bnb")
+_reference_losses = (lambda c: c.stage in ("kto", "ppo") or (c.stage == "dpo" and c.finetuning.pref_loss not in
+                                                               ("orpo", "simpo")),
+                     "where training compares with a reference model ('stage: dpo' with a reference loss, 'kto', "
+                     "'ppo')")
+
+SCOPE: dict[str, Rule] = {
+    **dict.fromkeys(("lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
+                     "use_dora"), _type("lora")),
+    "create_new_adapter": _key("adapter_name_or_path"),
+    "loraplus_lr_embedding": _key("loraplus_lr_ratio"),
+    "pissa_iter": _key("pissa_init", what="with 'pissa_init: true'"),
+    **dict.fromkeys(("freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"), _type("freeze")),
+    **dict.fromkeys(("badam_mode", "badam_switch_interval", "badam_verbose"),
+                    _key("use_badam", what="with 'use_badam: true'")),
+    **dict.fromkeys(("badam_start_block", "badam_switch_mode"),
+                    (lambda c: c.finetuning.use_badam and c.finetuning.badam_mode == "layer",
+                     "with 'use_badam: true' in 'badam_mode: layer'")),
+    **dict.fromkeys(("badam_update_ratio", "badam_mask_mode"),
+                    (lambda c: c.finetuning.use_badam and c.finetuning.badam_mode == "ratio",
+                     "with 'use_badam: true' in 'badam_mode: ratio'")),
+    **dict.fromkeys(("pref_beta", "pref_ftx"), _stages("dpo", "kto")),
+    "pref_loss": _stages("dpo"),
+    "simpo_gamma": (lambda c: c.stage == "dpo" and c.finetuning.pref_loss == "simpo",
+                    "with 'stage: dpo' and 'pref_loss: simpo'"),
+    **dict.fromkeys(("kto_chosen_weight", "kto_rejected_weight"), _stages("kto")),
+    "ref_model": _reference_losses,
+    **dict.fromkeys(("ref_model_adapters", "ref_model_quantization_bit"), _key("ref_model")),
+    "precompute_ref": (lambda c: c.stage in ("dpo", "kto") and _reference_losses[0](c),
+                       "with 'stage: dpo' (a reference loss) or 'stage: kto'"),
+    **dict.fromkeys(("reward_model", "reward_model_type", "reward_model_config", "ppo_buffer_size", "ppo_epochs",
+                     "ppo_score_norm", "ppo_target", "ppo_init_kl_coef", "ppo_whiten_rewards"), _stages("ppo")),
+    "reward_model_adapters": (lambda c: c.stage == "ppo" and c.finetuning.reward_model_type == "full",
+                              "with 'stage: ppo' and 'reward_model_type: full' (a LoRA reward model sits on the "
+                              "policy's base and its adapters)"),
+    **dict.fromkeys(("quantization_type", "double_quantization"),
+                    _key("quantization_bit", lambda v: v == 4, "with 'quantization_bit: 4'")),
+    **dict.fromkeys(("compute_accuracy", "predict_with_generate"), _stages("sft")),
+    "label_smoothing_factor": (_stages("sft", "pt")[0], "with 'stage: sft' or 'pt' (the other stages' losses are "
+                                                        "their own)"),
+    **dict.fromkeys(("generation_max_length", "generation_num_beams", "skip_special_tokens"),
+                    _key("predict_with_generate", what="with 'predict_with_generate: true'")),
+    **dict.fromkeys(("temperature", "top_p", "top_k"), _key("do_sample", what="with 'do_sample: true'")),
+    "length_penalty": _key("num_beams", lambda v: (v or 1) > 1, "with beam search ('num_beams' above 1)"),
+    "interleave_probs": _key("mix_strategy", lambda v: str(v).startswith("interleave"),
+                             "with 'mix_strategy: interleave_under' or 'interleave_over'"),
+    "eval_steps": (lambda c: _eval_strategy(c) == "steps", "with 'eval_strategy: steps'"),
+    **dict.fromkeys(("eval_delay", "eval_on_start"), (lambda c: _eval_strategy(c) != "no",
+                                                      "with 'eval_strategy: steps' or 'epoch'")),
+    **dict.fromkeys(("metric_for_best_model", "greater_is_better"),
+                    (lambda c: bool(c.training.get("load_best_model_at_end") or c.finetuning.early_stopping_steps),
+                     "with 'load_best_model_at_end: true' or 'early_stopping_steps'")),
+    "save_steps": (lambda c: str(c.training.get("save_strategy") or "steps") == "steps", "with 'save_strategy: steps'"),
+    **dict.fromkeys(("hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision"),
+                    _key("push_to_hub", what="with 'push_to_hub: true'")),
+    "optim_args": (lambda c: str(c.training.get("optim") or "adamw_torch_fused").startswith(OPTIM_ARGS_READERS),
+                   "with an 'optim' that takes them (sgd, adagrad, rmsprop, galore_*, ...; the adamw_torch ones and "
+                   "adafactor take none)"),
+    "optim_target_modules": (lambda c: str(c.training.get("optim") or "").startswith(("galore", "apollo")),
+                             "with 'optim: galore_*' or 'apollo_*'"),
+    **dict.fromkeys(("dataloader_persistent_workers", "dataloader_prefetch_factor"),
+                    (lambda c: bool(c.training.get("dataloader_num_workers")), "with 'dataloader_num_workers' above 0")),
+}
+
+# Keys tuneline reads nowhere, with the one value that says what it does anyway (None: only unset), and why.
+FIXED: dict[str, tuple[object, str]] = {
+    "adapter_folder": (None, "list the adapters to load in 'adapter_name_or_path'"),
+    "low_cpu_mem_usage": (True, "transformers 5 always loads weights without a second copy in memory"),
+    "ignore_pad_token_for_loss": (True, "padding never counts in tuneline's losses"),
+    "max_length": (1024, "generation stops at 'max_new_tokens', which is always set: change that instead"),
+    "logging_dir": (None, "tuneline logs to trainer_log.jsonl and MLflow, and writes no TensorBoard folder"),
+    "save_safetensors": (True, "transformers 5 always saves safetensors"),
+    "remove_unused_columns": (False, "tuneline's processed datasets hold model inputs only"),
+    "sortish_sampler": (False, "transformers 5 has no sortish sampler: use 'group_by_length: true'"),
+    "generation_config": (None, "generation follows the generating keys (max_new_tokens, do_sample, top_p, ...)"),
+    **dict.fromkeys(("project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"),
+                    (None, "it names a trackio project; tuneline reports to MLflow only")),
+    "parallelism_config": (None, "it takes an accelerate ParallelismConfig object, which a YAML value cannot be: "
+                                 "use 'accelerate_config'"),
+}
+
+
+def _eval_strategy(config: RunConfig) -> str:
+    return str(config.training.get("eval_strategy") or config.training.get("evaluation_strategy") or "no")
+
+
+_DEFAULTS = {f: getattr(cls, f, None) for cls in GROUPS.values() for f in cls.__dataclass_fields__}
+
+
+def _is_set(config: RunConfig, key: str, value) -> bool:
+    """Whether `key` asks for something: away from its default (a derived one for lora_alpha and precompute_ref)."""
+    ft = config.finetuning
+    if key == "lora_alpha":
+        return value != 2 * ft.lora_rank
+    if key == "precompute_ref":
+        return bool(value) != (ft.stage in ("dpo", "kto") and ft.pref_loss not in ("orpo", "simpo"))
+    if key in _DEFAULTS:
+        return value != _DEFAULTS[key]
+    return value not in (None, False, "", [], {})
+
+
+def scope_problems(config: RunConfig) -> list[str]:
+    """Every key set where it changes nothing, with what it needs; every key tuneline does not read, set."""
+    flat, problems = config.flat(), []
+    for key, (applies, when) in SCOPE.items():
+        if key in flat and _is_set(config, key, flat[key]) and not applies(config):
+            problems.append(f"'{key}: {flat[key]}' has no effect in this run: it applies only {when}; remove it")
+    for key, (accepted, why) in FIXED.items():
+        value = flat.get(key)
+        if value is not None and value != accepted:
+            problems.append(f"'{key}: {value}' has no effect: {why}; remove it")
+    do_predict = config.training.get("do_predict")
+    if do_predict and not config.training.get("predict_with_generate"):
+        problems.append("'do_predict: true' has no effect without generation: tuneline predicts with "
+                        "'predict_with_generate: true' (answers to the validation split, in generated_predictions.jsonl)"
+                        "; set that, or remove 'do_predict'")
+    return problems
