@@ -13,6 +13,7 @@ from tuneline.config.args import DataArgs
 from tuneline.config.ppo_keys import ppo_problems
 from tuneline.config.run_config import RunConfig
 from tuneline.config.scope import scope_problems
+from tuneline.deepspeed_setup import read_ds_config
 from tuneline.errors import did_you_mean
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -164,15 +165,11 @@ def block_optimizer_problems(ft, world_size: int, stage: int) -> list[str]:
 
 
 def zero_stage(deepspeed) -> int:
-    """ZeRO stage of a DeepSpeed config given as a dict or a JSON file path; 0 without DeepSpeed."""
-    if not deepspeed:
-        return 0
-    if isinstance(deepspeed, (str, Path)):
-        try:
-            deepspeed = json.loads(Path(deepspeed).read_text())
-        except (OSError, json.JSONDecodeError):
-            return 0
-    return int(deepspeed.get("zero_optimization", {}).get("stage", 0) or 0)
+    """ZeRO stage of the `deepspeed` config (a dict or a JSON file); 0 without DeepSpeed, or with a config that cannot
+    be read (preflight refuses that one)."""
+    ds_config, _ = read_ds_config(deepspeed) if deepspeed else ({}, None)
+    zero = ds_config.get("zero_optimization") or {}
+    return int(zero.get("stage", 0) or 0) if isinstance(zero, dict) else 0
 
 
 REPORTS_TO = ("none", "mlflow")  # tuneline records every run in MLflow itself
