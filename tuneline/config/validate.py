@@ -78,7 +78,7 @@ def _check_keys(config: RunConfig) -> list[str]:
                    if value]
         if sharded:
             problems.append(f"'stage: ppo' runs data parallel (several GPUs, or 'num_processes'), without DeepSpeed "
-                            f"or FSDP; remove {', '.join(sharded)} (dpo and kto, trained with trl, do use them)")
+                            f"or FSDP; remove {', '.join(sharded)} (dpo and kto do use them)")
     if ft.reward_model and reward_config:
         problems.append("'reward_model' and 'reward_model_config' are both set; the flow trains the reward model "
                         "from 'reward_model_config' and uses its output_dir: remove one")

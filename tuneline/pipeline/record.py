@@ -19,7 +19,7 @@ from tuneline.pipeline import keys
 from tuneline.train.predict import PREDICTIONS_FILE
 from tuneline.training_contract import METRICS_SPOOL_DIR
 
-PACKAGES = ("tuneline", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "mlflow")
+PACKAGES = ("tuneline", "torch", "transformers", "peft", "accelerate", "datasets", "prefect", "mlflow")
 REGISTERED_TAG = "tuneline.registered_version"
 EVALUATION_TAG = "tuneline.evaluation"  # "done", or "skipped: <why>"
 NOT_MODEL_FILES = {"TRAIN_COMPLETE.json", "run.json", "trainer_log.jsonl", "tuneline_config.yaml"}

@@ -16,7 +16,7 @@ import yaml
 from tuneline.config.args import GROUPS
 from tuneline.config.training_keys import TRAINING_DEFAULTS
 
-FRAMEWORKS = ("tuneline", "torch", "transformers", "peft", "trl", "accelerate", "datasets", "tokenizers",
+FRAMEWORKS = ("tuneline", "torch", "transformers", "peft", "accelerate", "datasets", "tokenizers",
               "mlflow", "prefect")
 # Keys that say where things live on this machine, not how the model was trained.
 NOT_HYPERPARAMETERS = {"mlflow_tracking_uri", "pipeline_cache_dir", "refresh_cache", "hf_hub_token"}

@@ -13,8 +13,7 @@ Stage interface (every module in STAGE_MODULES, including helper-written dpo/kto
   metrics, early stopping: `tuneline.train.callbacks.build_callbacks`).
 - Returns `{"output_dir": str, "global_step": int, "metrics": {name: float}}`; the final model/adapter and the
   tokenizer are saved in output_dir, with train_results.json / eval_results.json / all_results.json.
-- Build the trainer on `tuneline.train.trainer_base.TunelineTrainer` (or a subclass, e.g. trl's trainers mixed
-  in) so checkpoints stay complete-or-absent: it writes them under `.partial/` and renames them when whole.
+- Build the trainer on `tuneline.train.trainer_base.TunelineTrainer` (or a subclass) so checkpoints stay complete-or-absent: it writes them under `.partial/` and renames them when whole.
 
 Importing this package is cheap: stage modules (torch, transformers) load only in `stage_runner`.
 """
