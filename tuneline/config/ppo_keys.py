@@ -18,6 +18,7 @@ PPO_TRAINING_KEYS = frozenset({
     "activation_checkpointing", "activation_checkpointing_kwargs", "logging_steps", "logging_first_step",
     "save_strategy", "save_steps", "save_total_limit", "use_cpu", "ddp_timeout", "ddp_backend", "local_rank",
     "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
+    "dataloader_multiprocessing_context",
 })
 
 # Keys the loop does not read, with the value that says what it does anyway: accepted at that value (LLaMA-Factory's

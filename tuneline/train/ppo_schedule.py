@@ -98,10 +98,12 @@ class PromptOrder:
 
 
 def loader_settings(args) -> dict:
-    """The DataLoader settings the Trainer takes from TrainingArguments: workers, their prefetching, pinned memory."""
+    """The DataLoader settings the Trainer takes from TrainingArguments: workers, how they start, their prefetching,
+    pinned memory."""
     settings = {"num_workers": args.dataloader_num_workers,
                 "pin_memory": bool(args.dataloader_pin_memory) and torch.cuda.is_available()}
     if args.dataloader_num_workers:
         settings.update(persistent_workers=args.dataloader_persistent_workers,
-                        prefetch_factor=args.dataloader_prefetch_factor)
+                        prefetch_factor=args.dataloader_prefetch_factor,
+                        multiprocessing_context=args.dataloader_multiprocessing_context)
     return settings

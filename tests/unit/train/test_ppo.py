@@ -231,7 +231,8 @@ def test_a_llamafactory_ppo_config_is_accepted(tiny_model_dir, tmp_path):
     config = make_config(tiny_model_dir, tmp_path / "ppo", tmp_path / "cache", stage="ppo", dataset="demo_sft",
                          reward_model=str(tiny_model_dir), do_train=True, overwrite_output_dir=True, plot_loss=True,
                          dataloader_num_workers=4, save_only_model=False, report_to="none", warmup_ratio=0.1,
-                         ddp_timeout=180000000, save_steps=500, num_train_epochs=3.0, lr_scheduler_type="cosine")
+                         ddp_timeout=180000000, save_strategy="steps", save_steps=500, num_train_epochs=3.0,
+                         lr_scheduler_type="cosine")
     assert config.stage == "ppo"
 
 
@@ -251,7 +252,8 @@ class TrainedPolicy(TrainerCallback):
 def test_ppo_honours_optim_loraplus_epoch_saves_workers_and_pissa(tiny_model_dir, reward_model_dir, tmp_path):
     """`optim: sgd` with LoRA+ learning rates (the value head at `learning_rate`), a checkpoint at the end of each
     epoch of prompts, prompts loaded by a DataLoader worker, and a PiSSA adapter (against its own reference
-    model) saved converted: on the original base it reproduces the trained policy."""
+    model) saved converted: on the original base it reproduces the trained policy. The worker is spawned: a forked
+    one would inherit the whole test session's state, and once exited with code 1 at shutdown in a full run."""
     from safetensors.torch import load_file
 
     from tuneline.data import build_dataset
@@ -261,7 +263,7 @@ def test_ppo_honours_optim_loraplus_epoch_saves_workers_and_pissa(tiny_model_dir
     config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, max_samples=16, val_size=8, max_steps=4,
                         optim="sgd", loraplus_lr_ratio=4.0, learning_rate=1e-2, save_strategy="epoch",
                         pissa_init=True, pissa_convert=True, ref_model=str(tiny_model_dir), lora_rank=4,
-                        dataloader_num_workers=1)
+                        dataloader_num_workers=1, dataloader_multiprocessing_context="spawn")
     ids = torch.randint(4, 300, (2, 10), generator=torch.Generator().manual_seed(0))
     trained = TrainedPolicy(ids)
     run(config, build_dataset(config), [trained])
