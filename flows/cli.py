@@ -6,6 +6,8 @@
     tuneline chat CONFIG [key=value ...] [--prompt TEXT]
     tuneline retrain CONFIG REGISTERED_MODEL [key=value ...] [--force] [--metric eval_loss] [--min-delta 0]
     tuneline serve [PREFECT_YAML]                 (every deployment of deployments/prefect.yaml, one process)
+    tuneline trigger DEPLOYMENT [key=value ...]   (start a run of a deployment; prints its id and UI page)
+    tuneline ui [--prefect-port 4200] [--mlflow-port 5000]   (both servers on 127.0.0.1; Ctrl+C stops both)
 
 It lives in flows/ because `train` starts a Prefect flow and the library below never imports Prefect.
 `train` runs flows.finetune's own command line. Heavy imports (prefect, torch, transformers) wait until the chosen
@@ -48,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     retrain.add_argument("--min-delta", type=float, default=0.0, help="the gain needed to replace the champion")
     serve = sub.add_parser("serve", help="serve every deployment of a prefect.yaml from this process")
     serve.add_argument("prefect_yaml", nargs="?", default="deployments/prefect.yaml")
+    trigger = sub.add_parser("trigger", help="start a run of a deployment on the Prefect server")
+    trigger.add_argument("deployment", help="DEPLOYMENT or FLOW/DEPLOYMENT, e.g. sft-nightly")
+    trigger.add_argument("assignments", nargs="*",
+                         help="key=value: config_path, a field of the Run form, or any config key (an override)")
+    ui = sub.add_parser("ui", help="start the Prefect and MLflow servers on 127.0.0.1 until Ctrl+C")
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind both servers to")
+    ui.add_argument("--prefect-port", type=int, default=4200)
+    ui.add_argument("--mlflow-port", type=int, default=5000)
     tiny = sub.add_parser("tiny-model", help="build the offline tiny Llama and tokenizer")
     tiny.add_argument("out_dir")
     tiny.add_argument("--preset", default="demo", help="size preset (see tuneline.tiny_model.TINY_PRESETS)")
@@ -125,6 +135,23 @@ def _serve(args) -> int:
     return 0
 
 
+def _trigger(args) -> int:
+    from flows.trigger import trigger
+
+    run_id, page = trigger(args.deployment, args.assignments)
+    print(f"flow run {run_id}\n{page}")
+    return 0
+
+
+def _ui(args) -> int:
+    from pathlib import Path
+
+    from flows.ui import serve_uis
+
+    serve_uis(Path.cwd(), args.host, args.prefect_port, args.mlflow_port)
+    return 0
+
+
 def _tiny_model(args) -> int:
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
 
@@ -135,7 +162,7 @@ def _tiny_model(args) -> int:
 
 
 COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export, "chat": _chat,
-            "retrain": _retrain, "serve": _serve, "tiny-model": _tiny_model}
+            "retrain": _retrain, "serve": _serve, "trigger": _trigger, "ui": _ui, "tiny-model": _tiny_model}
 
 
 def main(argv: list[str] | None = None) -> int:

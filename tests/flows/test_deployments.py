@@ -44,11 +44,75 @@ def test_served_deployments_carry_the_yaml_schedule_and_a_valid_config(prefect_a
         assert fields["learning_rate"]["description"] and fields["stage"]["anyOf"][0]["enum"][:2] == ["pt", "sft"]
 
 
-def test_a_cron_that_prefect_rejects_fails_when_served(tmp_path):
-    bad = tmp_path / "prefect.yaml"
-    bad.write_text((REPO / "deployments" / "prefect.yaml").read_text().replace("0 2 * * *", "every night"))
-    with pytest.raises(ValueError):
-        _serve_module().runner_deployments(bad)
+@pytest.mark.parametrize(("good", "bad", "named"), [("0 2 * * *", "every night", "'every night'"),
+                                                     ("timezone: UTC", "timezone: Mars/Olympus", "Mars/Olympus"),
+                                                     ("examples/dpo_lora_demo.yaml", "examples/nope.yaml", "nope.yaml")])
+def test_a_deployment_that_cannot_run_is_refused_when_served_with_its_name(tmp_path, capsys, good, bad, named):
+    from flows.cli import main
+
+    spec = tmp_path / "prefect.yaml"
+    spec.write_text((REPO / "deployments" / "prefect.yaml").read_text().replace(good, bad, 1))
+    assert main(["serve", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "deployment '" in err and "Traceback" not in err
+
+
+def _deploy(name: str, parameters: dict) -> str:
+    from flows.finetune import finetune
+
+    return str(finetune.to_deployment(name=name, parameters=parameters).apply())
+
+
+def _flow_runs(deployment_id: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[
+                deployment_id])))
+
+    return asyncio.run(read())
+
+
+def test_trigger_starts_a_run_with_typed_fields_and_overrides_and_prints_its_page(prefect_api, capsys):
+    from flows.cli import main
+
+    deployment = _deploy("trigger-me", {"config_path": "examples/sft_lora_demo.yaml", "overrides": ["max_steps=3"]})
+    assert main(["trigger", "trigger-me", "learning_rate=2e-4", "logging_steps=3"]) == 0
+    out = capsys.readouterr().out
+    [run] = _flow_runs(deployment)
+    assert f"flow run {run.id}" in out and f"/runs/flow-run/{run.id}" in out
+    assert run.parameters["settings"] == {"learning_rate": 2e-4}, "a Run-form field goes to its typed field"
+    assert run.parameters["overrides"] == ["max_steps=3", "logging_steps=3"], "other keys extend the overrides"
+    assert run.state.is_scheduled()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["trigger", "no-such-deployment"], "no deployment 'no-such-deployment'"),
+    (["trigger", "trigger-bad", "lerning_rate=1e-4"], "did you mean 'learning_rate'"),
+    (["trigger", "trigger-bad", "learning_rate=-1"], "'learning_rate=-1'"),
+    (["trigger", "trigger-bad", "max_steps"], "key=value"),
+])
+def test_a_trigger_that_cannot_run_starts_nothing_and_says_why(prefect_api, capsys, argv, message):
+    from flows.cli import main
+
+    deployment = _deploy("trigger-bad", {"config_path": "examples/sft_lora_demo.yaml", "overrides": []})
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not _flow_runs(deployment)
+
+
+def test_trigger_without_a_server_says_how_to_reach_one(capsys, monkeypatch):
+    from flows.cli import main
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: None}):
+        assert main(["trigger", "sft-nightly"]) == 2
+    assert "PREFECT_API_URL" in capsys.readouterr().err
 
 
 def test_serving_creates_the_gpu_limit_once_and_keeps_one_set_by_hand(prefect_api, monkeypatch):

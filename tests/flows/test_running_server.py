@@ -1,5 +1,6 @@
 """Against a running `prefect server start`, as in production: a deployment served by `deployments/serve.py` runs
-the flow (and again, all cached), and a run whose process is killed is marked Crashed by Prefect.
+the flow when triggered by `tuneline trigger` (and again, all cached, when triggered by `prefect deployment run`),
+and a run whose process is killed is marked Crashed by Prefect.
 
 The server, the serving process and the flow runs are real processes, each stopped by its pid; each also dies
 with the test session if that is killed first.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +18,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 import yaml
@@ -139,8 +142,14 @@ def test_a_deployment_served_by_serve_py_runs_the_flow_and_a_second_run_is_all_c
             except Exception:  # noqa: BLE001 - not registered yet
                 assert serving.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
                 time.sleep(0.5)
-        for expected in ("Completed", "Cached"):
-            started = api(prefect_server, lambda c: c.create_flow_run_from_deployment(deployment.id))
+        commands = {"Completed": [str(BIN / "tuneline"), "trigger", deployment.name, "max_steps=4"],  # as configured
+                    "Cached": [str(BIN / "prefect"), "deployment", "run", "finetune/tiny-sft"]}
+        for expected, command in commands.items():
+            printed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
+            started = UUID(re.search(r"[0-9a-f]{8}-[0-9a-f-]{27}", printed).group(0))
+            assert f"/runs/flow-run/{started}" in printed, printed  # both print the run's page
+            started = api(prefect_server, lambda c, run_id=started: c.read_flow_run(run_id))
+            assert started.deployment_id == deployment.id
             finished = wait_for_final_state(prefect_server, started.id, 600)
             assert finished.state.is_completed(), (tmp_path / "serve.log").read_text()[-4000:]
             states = task_states(prefect_server, started.id)
