@@ -14,9 +14,10 @@ CLEAR, EXIT = "clear", "exit"
 
 
 class Chat:
-    """A loaded model and its template; `reply` answers the conversation so far."""
+    """A loaded model and its template; `reply` answers the conversation so far. `model_folder` names the trained
+    folder (a registered MLflow model's) instead of looking for the config's."""
 
-    def __init__(self, config: RunConfig, scratch: Path):
+    def __init__(self, config: RunConfig, scratch: Path | None = None, model_folder: Path | None = None):
         from tuneline.data import get_template
         from tuneline.evaluation.generation import eos_token_ids
         from tuneline.evaluation.loading import load_eval_model
@@ -26,7 +27,7 @@ class Chat:
         if config.stage == "rm":
             raise ConfigError("'stage: rm' trains a reward model, which scores answers and writes none; chat with the "
                               "config of a model trained to answer (pt, sft, dpo, kto, ppo)")
-        loading, self.source = trained_model_config(config, scratch)
+        loading, self.source = trained_model_config(config, scratch, model_folder)
         self.tokenizer = load_tokenizer(loading.model)
         data = config.data
         self.template = get_template(data.template, self.tokenizer, data.tool_format, data.default_system)

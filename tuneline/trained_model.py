@@ -14,12 +14,16 @@ from tuneline.errors import ConfigError, UserError
 logger = logging.getLogger("tuneline")
 
 
-def trained_model_config(config: RunConfig, scratch: Path) -> tuple[RunConfig, str | None]:
+def trained_model_config(config: RunConfig, scratch: Path | None,
+                         model_folder: Path | None = None) -> tuple[RunConfig, str | None]:
     """The config that loads the model to export, and where the trained model came from (None for the adapters
     the config names). A training's model is looked for in its `output_dir`, then in the MLflow run of the same
-    work (downloaded into `scratch`): another machine, or a cleaned `output_dir`, still exports what was trained."""
+    work (downloaded into `scratch`): another machine, or a cleaned `output_dir`, still exports what was trained.
+    A `model_folder` given (a registered version's files) is the trained model, wherever the config trained."""
     from tuneline.train.output_dir import read_run_file
 
+    if model_folder is not None:
+        return _loading_trained(config, Path(model_folder)), str(model_folder)
     out = Path(config.training.get("output_dir") or ".")
     if (read_run_file(out) or {}).get("status") == "complete":
         return _loading_trained(config, out), str(out)

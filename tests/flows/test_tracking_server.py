@@ -133,7 +133,8 @@ def test_tracks_a_run_over_http(server, tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    tracking.log_and_register_model(run_id, model, None, {}, "AutoModelForCausalLM.from_pretrained(path)")
+    tracking.log_and_register_model(run_id, model, None, {}, "AutoModelForCausalLM.from_pretrained(path)",
+                                    {"model_name_or_path": "base"}, ["transformers"])
     tracking.log_metrics(run_id, {"eval_loss": 0.25})
     version = tracking.register_model(run_id, "tiny-http", {"dataset_fingerprint": "fp1"})
 

@@ -362,14 +362,24 @@ def test_artifacts_and_model_registration(uri, tmp_path):
     (model / "adapter_config.json").write_text("{}")
     recipe = "from peft import AutoPeftModelForCausalLM\nmodel = AutoPeftModelForCausalLM.from_pretrained(path)"
 
-    version = tracking.log_and_register_model(run_id, model, "tiny-sft", {"dataset_fingerprint": "abc"}, recipe)
+    serving = {"model_name_or_path": "base/model", "template": "chatml"}  # the run's config, as model_config
+
+    version = tracking.log_and_register_model(run_id, model, "tiny-sft", {"dataset_fingerprint": "abc"}, recipe,
+                                              serving, ["peft"])
     assert version == "1"
-    assert tracking.log_and_register_model(run_id, model, None, {}, recipe) is None
-    assert tracking.log_and_register_model(run_id, model, "tiny-sft", {}, recipe) == "2"
+    assert tracking.log_and_register_model(run_id, model, None, {}, recipe, serving, ["peft"]) is None
+    assert tracking.log_and_register_model(run_id, model, "tiny-sft", {}, recipe, serving, ["peft"]) == "2"
 
     c = client(uri)
     names = {a.path for a in c.list_artifacts(run_id)} | {a.path for a in c.list_artifacts(run_id, "model")}
-    assert {"trainer_log.jsonl", "plots", "model/adapter_config.json", "model/TUNELINE_LOADING.md"} <= names
+    assert {"trainer_log.jsonl", "plots", "model/MLmodel", "model/TUNELINE_LOADING.md"} <= names
+    files = tracking.download_logged_model(run_id, tmp_path / "logged")
+    assert files.name == "adapter" and (files / "adapter_config.json").read_text() == "{}"
+    from mlflow.models import Model
+
+    mlmodel = Model.load(str(files.parent.parent / "MLmodel"))
+    assert mlmodel.flavors["python_function"]["config"] == serving, "the config loads and answers the model"
+    assert mlmodel.signature.inputs.input_names() == ["messages", "prompt", "system"]
     mv = c.get_model_version("tiny-sft", "1")
     assert mv.run_id == run_id and mv.source.endswith("/artifacts/model")
     assert mv.tags["dataset_fingerprint"] == "abc" and mv.tags["metric.eval_loss"] == "0.5"

@@ -20,6 +20,7 @@ from tuneline.train.predict import PREDICTIONS_FILE
 from tuneline.training_contract import METRICS_SPOOL_DIR
 
 PACKAGES = ("tuneline", "torch", "transformers", "peft", "accelerate", "datasets", "prefect", "mlflow")
+SERVING_PACKAGES = ("tuneline", "torch", "transformers", "peft", "accelerate", "mlflow")
 REGISTERED_TAG = "tuneline.registered_version"
 EVALUATION_TAG = "tuneline.evaluation"  # "done", or "skipped: <why>"
 NOT_MODEL_FILES = {"TRAIN_COMPLETE.json", "run.json", "trainer_log.jsonl", "tuneline_config.yaml"}
@@ -99,11 +100,16 @@ def run_link(run: dict) -> str | None:
     return f"{link} (a local store: serve its UI with `{run['ui_command']}`)" if run.get("ui_command") else link
 
 
-def final_model_files(output_dir: Path, into: Path) -> Path:
-    """Copy the final adapter/model (top-level files, no checkpoints or bookkeeping) into a folder to log."""
+def final_model_files(output_dir: Path, into: Path, *, link: bool = False) -> Path:
+    """Copy the final adapter/model (top-level files, no checkpoints or bookkeeping) into a folder to log; with
+    `link`, symbolic links instead, for a reader that copies them anyway (no second copy of the weights)."""
     into.mkdir(parents=True, exist_ok=True)
     for path in output_dir.iterdir():
-        if path.is_file() and path.name not in NOT_MODEL_FILES and not path.name.startswith("."):
+        if not path.is_file() or path.name in NOT_MODEL_FILES or path.name.startswith("."):
+            continue
+        if link:
+            (into / path.name).symlink_to(path.resolve())
+        else:
             shutil.copy2(path, into / path.name)
     return into
 
@@ -117,8 +123,30 @@ def record_training(run: dict, config: RunConfig, trained: dict) -> None:
         if (output_dir / name).is_file():
             tracking.log_artifacts(run_id, output_dir / name, tracking_uri=uri)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = final_model_files(output_dir, Path(tmp) / "model")
-        tracking.log_and_register_model(run_id, model_dir, None, {}, loading_recipe(config), tracking_uri=uri)
+        model_dir = final_model_files(output_dir, Path(tmp) / "trained", link=True)  # the MLflow model copies
+        tracking.log_and_register_model(run_id, model_dir, None, {}, loading_recipe(config), serving_config(config),
+                                        serving_requirements(), tracking_uri=uri)
+
+
+def serving_config(config: RunConfig) -> dict:
+    """The run's config as the logged model's `model_config`: how it loads and answers (base, adapters, template,
+    generating keys), each key changeable at load. Secrets are left out; local model paths are made absolute, so
+    the base of an adapter is found from any folder on this machine."""
+    from tuneline.config.run_config import split_names
+    from tuneline.secrets import is_secret
+
+    values = {key: value for key, value in config.flat().items() if not (value and is_secret(key))}
+    for key in ("model_name_or_path", "adapter_name_or_path"):
+        names = split_names(values.get(key))
+        if names:
+            values[key] = ",".join(str(Path(n).resolve()) if Path(n).exists() else n for n in names)
+    return values
+
+
+def serving_requirements() -> list[str]:
+    """What loading the logged model imports, pinned to this run's versions (tuneline brings the rest)."""
+    versions = package_versions()
+    return [f"{name}=={versions[name]}" for name in SERVING_PACKAGES if name in versions]
 
 
 def logged_model(config: RunConfig, into: Path) -> tuple[str, Path] | None:
@@ -199,6 +227,7 @@ def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: di
     version = tracking.get_run_tags(uri, run_id).get(REGISTERED_TAG)
     if config.pipeline.mlflow_registered_model and version is None:  # a cached rerun registers nothing new
         tags = {"dataset_fingerprint": dataset_fp, "base_model_key": keys.base_model_key(config),
+                "tuneline.base_model": serving_config(config)["model_name_or_path"],
                 **{k: str(v) for k, v in summary.items()}}
         version = tracking.register_model(run_id, config.pipeline.mlflow_registered_model, tags, tracking_uri=uri)
         tracking.add_tags(run_id, {REGISTERED_TAG: version}, tracking_uri=uri)
@@ -210,5 +239,6 @@ def loading_recipe(config: RunConfig) -> str:
     base = config.model.model_name_or_path
     if config.finetuning.finetuning_type == "lora":
         return (f"from peft import AutoPeftModelForCausalLM\n"
-                f"model = AutoPeftModelForCausalLM.from_pretrained('<downloaded model/>')  # base: {base}\n")
-    return "from transformers import AutoModelForCausalLM\nmodel = AutoModelForCausalLM.from_pretrained('<model/>')\n"
+                f"model = AutoPeftModelForCausalLM.from_pretrained('<that folder>')  # base: {base}\n")
+    return ("from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained('<that folder>')\n")

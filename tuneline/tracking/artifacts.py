@@ -1,9 +1,10 @@
 """Files in the run: outputs, checkpoints (so a resume elsewhere can fetch the last one), and the final model.
 
-The final model is logged as plain artifacts with a README that says how to load it, not with MLflow's
-transformers flavour: that flavour loads the model (for a LoRA adapter, the base model too, which may not be
-available offline) into memory just to log it, and writes a second copy of the weights; plain artifacts cost
-one upload and load with the same few lines of transformers/peft code.
+The final model is logged as an MLflow pyfunc model (`tracking.served_model`), so a registered version loads with
+`mlflow.pyfunc.load_model` and serves with `mlflow models serve`. Not with MLflow's transformers flavour logged from
+the model in memory: that loads the model (for a LoRA adapter, the base model too, which may not be available
+offline) just to log it, and writes a second copy of the weights; the pyfunc model holds the saved folder as it is,
+so logging costs one upload and the folder still loads with the same few lines of transformers/peft code.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from tuneline.errors import UserError
 from tuneline.tracking.runs import MAX_TAG_VALUE
+from tuneline.tracking.served_model import model_files, save_served_model
 from tuneline.tracking.step_logger import default_http_retries
 from tuneline.tracking.store import check_tracking_available, client_for, is_transient, resolve_tracking_uri, uri_for
 
@@ -179,19 +181,22 @@ def download_latest_checkpoint(
 
 
 def download_logged_model(run_id: str, dest_dir: str | Path, *, tracking_uri: str | None = None) -> Path | None:
-    """The run's logged final model (`model/`) downloaded into `dest_dir`; None when it logged none."""
+    """The run's logged final model (`model/`) downloaded into `dest_dir`; returns the folder of the model's own
+    files (inside the MLflow model), None when the run logged none."""
     client = client_for(uri_for(run_id, tracking_uri))
     if not client.list_artifacts(run_id, MODEL_PATH):
         return None
-    return Path(client.download_artifacts(run_id, MODEL_PATH, str(dest_dir)))
+    return model_files(Path(client.download_artifacts(run_id, MODEL_PATH, str(dest_dir))))
 
 
-def _model_readme(loading_recipe: str, registered_name: str | None) -> str:
+def _model_readme(loading_recipe: str, registered_name: str | None, files: str) -> str:
     where = f"registered model `{registered_name}`" if registered_name else "this run"
+    uri = f"models:/{registered_name}/<version>" if registered_name else "runs:/<run id>/model"
     return (
-        f"# Model logged by tuneline\n\nThe final model or adapter of {where}, as saved by the trainer.\n\n"
-        "Download it with `mlflow artifacts download --run-id <run id> --artifact-path model` "
-        "(or `models:/<name>/<version>`), then load it:\n\n"
+        f"# Model logged by tuneline\n\nThe final model or adapter of {where}, as an MLflow model:\n\n"
+        f"```python\nimport mlflow\nmodel = mlflow.pyfunc.load_model('{uri}')\n"
+        "print(model.predict({'prompt': 'Hello!'})[0])\n```\n\n"
+        f"`{files}/` holds the files as the trainer saved them; they load without MLflow too:\n\n"
         f"```python\n{loading_recipe.strip()}\n```\n"
     )
 
@@ -202,21 +207,25 @@ def log_and_register_model(
     registered_name: str | None,
     tags: dict,
     loading_recipe: str,
+    serving: dict,
+    requirements: list[str],
     *,
     tracking_uri: str | None = None,
 ) -> str | None:
-    """Log `model_dir` under `model/` with a loading README; register a version if a name is given.
+    """Log `model_dir` under `model/` as an MLflow model (its `serving` config as model_config, its
+    `requirements`), with a loading README; register a version if a name is given.
 
     The version carries `tags` (dataset fingerprint...) plus the run's latest metrics as `metric.<key>`
     unless `tags` already sets them. Returns the version number, or None when not registered.
     """
     uri = uri_for(run_id, tracking_uri)
     client = client_for(uri)
-    client.log_artifacts(run_id, str(model_dir), MODEL_PATH)
     with tempfile.TemporaryDirectory() as tmp:
-        readme = Path(tmp) / "TUNELINE_LOADING.md"
-        readme.write_text(_model_readme(loading_recipe, registered_name), encoding="utf-8")
-        client.log_artifact(run_id, str(readme), MODEL_PATH)
+        packaged = save_served_model(Path(model_dir), Path(tmp) / MODEL_PATH, serving, requirements)
+        files = model_files(packaged).relative_to(packaged).as_posix()
+        (packaged / "TUNELINE_LOADING.md").write_text(_model_readme(loading_recipe, registered_name, files),
+                                                      encoding="utf-8")
+        client.log_artifacts(run_id, str(packaged), MODEL_PATH)
     if not registered_name:
         return None
     return _register(client, uri, run_id, registered_name, tags)

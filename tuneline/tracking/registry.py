@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuneline.tracking.served_model import model_files
 from tuneline.tracking.store import client_for, resolve_tracking_uri
 
 
@@ -29,12 +30,13 @@ def tag_version(uri: str, name: str, version: str, tags: dict) -> None:
 
 
 def download_version(uri: str, name: str, version: str, dest: Path) -> Path:
-    """The version's model files in `dest` (fetched once: a registered version never changes)."""
+    """The version's MLflow model fetched into `dest` (once: a registered version never changes); returns the
+    folder of the model's own files inside it, which loads and evaluates as the trainer's output folder does."""
     import os
     import shutil
 
     if dest.is_dir():
-        return dest
+        return model_files(dest)
     client = client_for(resolve_tracking_uri(uri))
     source = client.get_model_version_download_uri(name, version)
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
@@ -45,4 +47,4 @@ def download_version(uri: str, name: str, version: str, dest: Path) -> Path:
     fetched = Path(download_artifacts(artifact_uri=source, dst_path=str(tmp), tracking_uri=resolve_tracking_uri(uri)))
     os.replace(fetched, dest)
     shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+    return model_files(dest)

@@ -1,0 +1,80 @@
+"""What `mlflow.pyfunc.load_model` and `mlflow models serve` run to answer with a registered tuneline model.
+
+    mlflow models serve -m models:/NAME@champion --env-manager local -p 5001
+
+A registered version is an MLflow pyfunc model whose loader module is this one (`tracking.served_model` logs it):
+the trained folder is its data, the run's config its `model_config`. Answers come from `tuneline.chat.Chat`, the
+same code as `tuneline chat`, so a served model prompts with the template it was trained with and stops where that
+template ends a turn. MLflow's transformers flavour was not used: logged from a local folder it loads nothing, but its
+pyfunc builds a transformers pipeline that prompts with the tokenizer's own chat template (not always the training
+template) and cannot stack a LoRA adapter on the adapters it was trained on top of.
+
+A LoRA version holds the adapter and a reference to its base (`model_name_or_path` in its model_config, an absolute
+path or a hub id): loading needs that base. Any config key can be changed at load, e.g. a base moved elsewhere:
+`mlflow.pyfunc.load_model(uri, model_config={"model_name_or_path": "/models/base"})`, or for `mlflow models serve`
+`MLFLOW_PYFUNC_INFERENCE_CONFIG='{"model_name_or_path": "/models/base"}'`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuneline.errors import UserError
+
+INPUT_HELP = ("each input row needs 'messages' (a list of {role, content}, a leading system message allowed) or "
+              "'prompt' (a string), and may set 'system' (a string)")
+
+
+def _load_pyfunc(data_path: str, model_config: dict | None = None) -> ServedChat:
+    """MLflow's loader-module entry point: `data_path` is the trained folder, `model_config` the run's config."""
+    from tuneline.chat import Chat
+    from tuneline.config import load_config
+
+    config = load_config(None, dict(model_config or {}), check_paths=False)
+    folder = Path(data_path)
+    _check_base_reachable(config, folder)
+    return ServedChat(Chat(config, model_folder=folder))
+
+
+def _check_base_reachable(config, folder: Path) -> None:
+    """An adapter on a base that was a local folder when it trained, and is not here: say how to point at it."""
+    from tuneline.evaluation.loading import ADAPTER_CONFIG
+
+    base = str(config.model.model_name_or_path)
+    if (folder / ADAPTER_CONFIG).is_file() and Path(base).is_absolute() and not Path(base).exists():
+        raise UserError(f"this model is a LoRA adapter on the base '{base}', which is not on this machine; pass its "
+                        "new place as model_config={'model_name_or_path': ...} to mlflow.pyfunc.load_model, or set "
+                        "MLFLOW_PYFUNC_INFERENCE_CONFIG='{\"model_name_or_path\": \"...\"}' for mlflow models serve",
+                        title="cannot load the registered model")
+
+
+def conversation(row: dict) -> tuple[list[dict], str | None]:
+    """(messages, system) of one input row: its `messages`, or its `prompt` as the one user message."""
+    messages, prompt, system = row.get("messages"), row.get("prompt"), row.get("system")
+    system = system if isinstance(system, str) else None  # an absent column reads as NaN
+    if messages is not None and hasattr(messages, "__len__") and not isinstance(messages, str):
+        messages = [dict(message) for message in messages]
+    elif isinstance(prompt, str):
+        messages = [{"role": "user", "content": prompt}]
+    else:
+        raise UserError(f"{INPUT_HELP}; got {sorted(row)}", title="cannot answer")
+    if messages and messages[0].get("role") == "system":
+        first = messages.pop(0)["content"]
+        system = system if system is not None else first
+    return messages, system
+
+
+class ServedChat:
+    """The pyfunc model: one answer (a string) per input row."""
+
+    def __init__(self, chat):
+        self.chat = chat
+
+    def predict(self, model_input, params=None) -> list[str]:
+        if hasattr(model_input, "to_dict"):  # MLflow's schema check hands over a DataFrame of the known columns
+            if not {"messages", "prompt"} & set(model_input.columns):
+                raise UserError(f"{INPUT_HELP}; got none of them", title="cannot answer")
+            rows = model_input.to_dict(orient="records")
+        else:
+            rows = list(model_input)
+        return [self.chat.reply(*conversation(row)) for row in rows]

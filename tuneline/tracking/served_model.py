@@ -1,0 +1,49 @@
+"""The final model as an MLflow model that `mlflow.pyfunc.load_model` and `mlflow models serve` load.
+
+MLflow's pyfunc loader-module workflow: the trained folder is copied in as the model's data, the run's config is
+its `model_config` (so any key can be changed at load), and `tuneline.serving_model` (named, never imported here)
+loads and answers with it; that module says why not the transformers flavour. Logging loads nothing: the signature
+is declared rather than inferred by running the model, and the requirements are listed rather than inferred (MLflow
+infers them by loading the model in a subprocess).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LOADER_MODULE = "tuneline.serving_model"
+INPUT_EXAMPLE = {"messages": [{"role": "user", "content": "Hello!"}]}
+PYFUNC = "python_function"
+
+
+def chat_signature():
+    """Input: `messages` (role, content) or `prompt`, and an optional `system`; output: the answer's text."""
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Array, ColSpec, Object, Property, Schema
+
+    message = Object([Property("role", "string"), Property("content", "string")])
+    inputs = Schema([ColSpec(Array(message), "messages", required=False), ColSpec("string", "prompt", required=False),
+                     ColSpec("string", "system", required=False)])
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("string")]))
+
+
+def save_served_model(model_dir: Path, dest: Path, settings: dict, requirements: list[str]) -> Path:
+    """Write the MLflow model folder `dest` (which must not exist) around a copy of `model_dir`."""
+    import mlflow.pyfunc
+
+    mlflow.pyfunc.save_model(str(dest), loader_module=LOADER_MODULE, data_path=str(model_dir),
+                             signature=chat_signature(), input_example=INPUT_EXAMPLE, pip_requirements=requirements,
+                             model_config=settings)
+    return dest
+
+
+def model_files(root: Path) -> Path:
+    """The trained model's own files in a downloaded MLflow model (its pyfunc data folder); `root` itself for a
+    model logged as plain files (runs recorded before models were MLflow models)."""
+    import yaml
+
+    mlmodel = root / "MLmodel"
+    if not mlmodel.is_file():
+        return root
+    flavor = (yaml.safe_load(mlmodel.read_text(encoding="utf-8")).get("flavors") or {}).get(PYFUNC) or {}
+    return root / flavor["data"] if flavor.get("data") else root
