@@ -5,6 +5,7 @@
     tuneline tiny-model OUT_DIR [--preset demo]   tuneline export CONFIG [key=value ...]
     tuneline chat CONFIG [key=value ...] [--prompt TEXT]
     tuneline retrain CONFIG REGISTERED_MODEL [key=value ...] [--force] [--metric eval_loss] [--min-delta 0]
+    tuneline sweep CONFIG [key=value ...] --grid learning_rate=1e-4,5e-5 pref_beta=0.1,0.3 [--max-parallel 2]
     tuneline serve [PREFECT_YAML]                 (every deployment of deployments/prefect.yaml, one process)
     tuneline trigger DEPLOYMENT [key=value ...]   (start a run of a deployment; prints its id and UI page)
     tuneline ui [--prefect-port 4200] [--mlflow-port 5000]   (both servers on 127.0.0.1; Ctrl+C stops both)
@@ -48,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     retrain.add_argument("--metric", default="eval_loss", help="the evaluation metric that decides")
     retrain.add_argument("--greater-is-better", action="store_true", help="higher --metric wins (default: lower)")
     retrain.add_argument("--min-delta", type=float, default=0.0, help="the gain needed to replace the champion")
+    _add_sweep_parser(sub)
     serve = sub.add_parser("serve", help="serve every deployment of a prefect.yaml from this process")
     serve.add_argument("prefect_yaml", nargs="?", default="deployments/prefect.yaml")
     trigger = sub.add_parser("trigger", help="start a run of a deployment on the Prefect server")
@@ -63,6 +65,25 @@ def _parser() -> argparse.ArgumentParser:
     tiny.add_argument("--preset", default="demo", help="size preset (see tuneline.tiny_model.TINY_PRESETS)")
     tiny.add_argument("--seed", type=int, default=0)
     return parser
+
+
+def _add_sweep_parser(sub) -> None:
+    from tuneline.pipeline.sweep_grid import GRID_HELP
+
+    sweep = sub.add_parser("sweep", help="one training per point of a grid, compared in MLflow",
+                           description="Runs the finetune flow once per point, each an MLflow child run of one "
+                                       "parent run that holds the comparison table; the best child is tagged "
+                                       "tuneline.sweep_best=true.")
+    sweep.add_argument("config")
+    sweep.add_argument("overrides", nargs="*", help="key=value for every point, typed as in YAML")
+    sweep.add_argument("--grid", nargs="+", required=True, metavar="KEY=VALUES", help=GRID_HELP)
+    sweep.add_argument("--samples", type=int, help="draw this many points at random (needed for LOW:HIGH ranges)")
+    sweep.add_argument("--seed", type=int, default=0, help="the seed --samples draws with")
+    sweep.add_argument("--max-parallel", type=int, default=1,
+                       help="points in flight at once; trainings also wait for the 'gpu' concurrency limit")
+    sweep.add_argument("--metric", default="eval_loss",
+                       help="what picks the best point: a metric of the tuned model's evaluation, or train_loss")
+    sweep.add_argument("--greater-is-better", action="store_true", help="higher --metric wins (default: lower)")
 
 
 def _train(args) -> int:
@@ -123,6 +144,23 @@ def _retrain(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from tuneline.pipeline.sweep_grid import parse_grid_args, plan_sweep
+
+    grid = parse_grid_args(args.grid)
+    options = {"samples": args.samples, "seed": args.seed, "overrides": args.overrides, "metric": args.metric,
+               "max_parallel": args.max_parallel}
+    plan_sweep(args.config, grid, **options)  # every point checked before Prefect starts a run
+
+    from flows.sweep import sweep
+
+    result = sweep(args.config, grid, greater_is_better=args.greater_is_better, **options)
+    print(result["table"])
+    print(f"best: {result['best_point']} (MLflow run {result['best_run_id']})")
+    print(f"MLflow parent run: {result['mlflow_run_id']} {result['url'] or ''}".rstrip())
+    return 0
+
+
 def _serve(args) -> int:
     from pathlib import Path
 
@@ -162,7 +200,8 @@ def _tiny_model(args) -> int:
 
 
 COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export, "chat": _chat,
-            "retrain": _retrain, "serve": _serve, "trigger": _trigger, "ui": _ui, "tiny-model": _tiny_model}
+            "retrain": _retrain, "sweep": _sweep, "serve": _serve, "trigger": _trigger, "ui": _ui,
+            "tiny-model": _tiny_model}
 
 
 def main(argv: list[str] | None = None) -> int:

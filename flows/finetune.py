@@ -52,7 +52,9 @@ def _cache_options(config: RunConfig) -> dict:
 
 
 @flow(name="finetune", flow_run_name=_flow_run_name)
-def finetune(config_path: str, settings: Settings | None = None, overrides: list[str] | None = None) -> dict:
+def finetune(config_path: str, settings: Settings | None = None, overrides: list[str] | None = None,
+             mlflow_parent_run_id: str | None = None) -> dict:
+    # mlflow_parent_run_id: a sweep's MLflow run, which this run's is nested under (a tag, part of no key)
     overrides = all_overrides(settings, overrides)
     config = checked_config(config_path, overrides)
     if PREFECT_API_URL.value():  # a lasting server: it marks this run Crashed if its process dies
@@ -64,7 +66,8 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
                                                                  reward["output_dir"])]
         config = load_config(config_path, overrides)
     cache = _cache_options(config)
-    run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, _flow_run_url())
+    run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, _flow_run_url(),
+                           parent_run_id=mlflow_parent_run_id)
 
     tokenizer = load_tokenizer.with_options(**cache)(config)
     dataset = build_dataset.with_options(**cache)(config, tokenizer)

@@ -23,6 +23,7 @@ PACKAGES = ("tuneline", "torch", "transformers", "peft", "accelerate", "datasets
 SERVING_PACKAGES = ("tuneline", "torch", "transformers", "peft", "accelerate", "mlflow")
 REGISTERED_TAG = "tuneline.registered_version"
 EVALUATION_TAG = "tuneline.evaluation"  # "done", or "skipped: <why>"
+PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own: the UI nests the run under its parent
 NOT_MODEL_FILES = {"TRAIN_COMPLETE.json", "run.json", "trainer_log.jsonl", "tuneline_config.yaml"}
 
 
@@ -67,8 +68,12 @@ def connect_tracking(config: RunConfig) -> str:
     return uri
 
 
-def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_run_url: str | None) -> dict:
-    """Open (or reopen) the MLflow run of this work; fail before any training if the store is unreachable."""
+def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_run_url: str | None,
+              parent_run_id: str | None = None) -> dict:
+    """Open (or reopen) the MLflow run of this work; fail before any training if the store is unreachable.
+
+    `parent_run_id` (a sweep's run) nests this run under it in the MLflow UI; it is a tag, never part of the key.
+    """
     uri = connect_tracking(config)
     run_key = keys.run_key(config, dataset_fp)
     commit = git_commit()
@@ -81,6 +86,7 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
         "tuneline.git_commit": commit or "unknown",
         **source_tags(commit),
         **{f"version.{k}": v for k, v in package_versions().items()},
+        **({PARENT_RUN_TAG: parent_run_id} if parent_run_id else {}),
     }
     run_id = tracking.open_run(uri, config.experiment_name, run_key, config.run_name, tags,
                                reopen_finished=not config.pipeline.refresh_cache)
