@@ -21,7 +21,7 @@ from flows.concurrency import ensure_gpu_limit
 from flows.finetune import _cache_options, _flow_run_url, finetune
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer
 from tuneline.pipeline import sweep_record
-from tuneline.pipeline.sweep_grid import SweepPoint, plan_sweep, shared_steps_key
+from tuneline.pipeline.sweep_grid import SweepPoint, plan_sweep, shared_steps_key, shares_reward_model_steps
 from tuneline.preflight import checked_config
 
 
@@ -41,8 +41,9 @@ def _prepare_shared_steps(points: list[SweepPoint]) -> None:
         config, cache = point.config, _cache_options(point.config)
         tokenizer = load_tokenizer.with_options(**cache)(config)
         dataset = build_dataset.with_options(**cache)(config, tokenizer)
-        build_reference_model.with_options(**cache)(config, dataset)
-        evaluate.with_options(task_run_name="evaluate base", **cache)(config, dataset)
+        if shares_reward_model_steps(config):
+            build_reference_model.with_options(**cache)(config, dataset)
+            evaluate.with_options(task_run_name="evaluate base", **cache)(config, dataset)
 
 
 def _run_points(config_path: str, points: list[SweepPoint], parent_run_id: str, max_parallel: int) -> list[dict]:

@@ -14,6 +14,7 @@ from tuneline.pipeline.sweep_grid import (
     parse_grid_args,
     plan_sweep,
     point_folder,
+    shares_reward_model_steps,
 )
 
 DATA = Path(__file__).parents[2] / "data"
@@ -147,3 +148,18 @@ def test_stage_metrics_are_the_names_the_evaluation_computes():
     assert set(STAGE_METRICS["dpo"]) == set(STAGE_METRICS["kto"]) == language | pairwise
     assert set(STAGE_METRICS["kto"]) == language | set(scoring.unpaired_metrics([1.0], [0.0]))
     assert set(STAGE_METRICS["rm"]) == set(scoring.bradley_terry_loss([1.0], [0.0])) | pairwise
+
+
+def test_a_ppo_sweep_that_trains_its_reward_model_runs_its_points_one_at_a_time(tmp_path):
+    common = {"model_name_or_path": "org/model", "finetuning_type": "lora", "dataset_dir": str(DATA),
+              "template": "chatml"}
+    (tmp_path / "rm.yaml").write_text(yaml.safe_dump({**common, "stage": "rm", "dataset": "demo_pref",
+                                                      "output_dir": str(tmp_path / "rm")}))
+    ppo = tmp_path / "ppo.yaml"
+    ppo.write_text(yaml.safe_dump({**common, "stage": "ppo", "dataset": "demo_sft", "val_size": 8,
+                                   "reward_model_config": str(tmp_path / "rm.yaml"),
+                                   "output_dir": str(tmp_path / "ppo")}))
+    message = refused(plan_sweep, str(ppo), {"learning_rate": "1e-4,5e-5"}, metric="reward", max_parallel=2)
+    assert "would train it at once in one output_dir: use --max-parallel 1" in message
+    points = plan_sweep(str(ppo), {"learning_rate": "1e-4,5e-5"}, metric="reward")
+    assert not any(shares_reward_model_steps(p.config) for p in points), "its evaluation needs the reward model"

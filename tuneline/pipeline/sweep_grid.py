@@ -250,6 +250,14 @@ def metric_problems(config: RunConfig, metric: str) -> list[str]:
     return []
 
 
+def _parallel_problems(config: RunConfig, max_parallel: int) -> list[str]:
+    if max_parallel > 1 and config.pipeline.reward_model_config:
+        return [f"'reward_model_config' trains the reward model inside each point's flow, and with --max-parallel "
+                f"{max_parallel} the points would train it at once in one output_dir: use --max-parallel 1 (the "
+                "first point trains it, the others find it cached), or set 'reward_model' to the trained model"]
+    return []
+
+
 def _point(base: RunConfig, overrides: list[str], values: dict[str, Any]) -> tuple[list[str], str]:
     """The finetune flow's overrides for one point (the values win over the sweep's own), and its label."""
     label = point_label(values)
@@ -281,7 +289,7 @@ def plan_sweep(config_path: str, grid: Mapping[str, list | str], samples: int | 
             for problem in error.problems:
                 problems.setdefault(problem, label)
             continue
-        for problem in metric_problems(config, metric):
+        for problem in metric_problems(config, metric) + _parallel_problems(config, max_parallel):
             problems.setdefault(problem, label)
         resolved = config.flat()
         planned.append(SweepPoint({key: resolved.get(key) for key in values}, label, point_overrides, config))
@@ -291,10 +299,18 @@ def plan_sweep(config_path: str, grid: Mapping[str, list | str], samples: int | 
     return planned
 
 
-def shared_steps_key(config: RunConfig) -> tuple[str, str, str]:
+def shares_reward_model_steps(config: RunConfig) -> bool:
+    """Whether a point's reference and base evaluation can be built before it starts: not while its reward model
+    is still to be trained by its own flow (`reward_model_config`), since ppo's evaluation scores with it."""
+    return not config.pipeline.reward_model_config
+
+
+def shared_steps_key(config: RunConfig) -> tuple[str, ...]:
     """Points with equal keys share their tokenizer, dataset, reference log-probs and base-model evaluation:
     the steps no training key changes, built once before the points start."""
     from tuneline.evaluation import eval_fingerprint
 
     data = keys.dataset_key(config)
+    if not shares_reward_model_steps(config):
+        return (data,)
     return data, keys.reference_key(config, data), eval_fingerprint(config, keys.base_model_key(config), data)
