@@ -88,6 +88,7 @@ def start_servers(root: Path, host: str = "127.0.0.1", prefect_port: int = 4200,
     store = mlflow_store or f"sqlite:///{root / 'mlflow.db'}"
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)  # the server serves; it is nobody's client
+    env["PREFECT_SERVER_UI_API_URL"] = f"http://{host}:{prefect_port}/api"  # else its UI calls port 4200
     prefect = _start("Prefect server", [str(BIN / "prefect"), "server", "start", "--host", host, "--port",
                                         str(prefect_port)],
                      f"http://{host}:{prefect_port}", f"http://{host}:{prefect_port}/api/health",
@@ -107,7 +108,14 @@ def start_servers(root: Path, host: str = "127.0.0.1", prefect_port: int = 4200,
     return servers
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def serve_uis(root: Path, host: str, prefect_port: int, mlflow_port: int) -> None:
+    """Until Ctrl+C (SIGINT, even where a shell started this with it ignored) or SIGTERM; both stop the servers."""
+    signal.signal(signal.SIGINT, _interrupted)
+    signal.signal(signal.SIGTERM, _interrupted)
     servers = start_servers(root, host, prefect_port, mlflow_port)
     prefect, mlflow = servers
     print(f"Prefect UI: {prefect.url}\nMLflow UI:  {mlflow.url}\n"

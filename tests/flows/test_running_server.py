@@ -203,3 +203,40 @@ def test_a_killed_run_is_marked_crashed_by_prefect(prefect_server, tmp_path, tin
         flow.wait()
     crashed = wait_for_final_state(prefect_server, running.id, 240)
     assert crashed.state.is_crashed() and "heartbeat" in crashed.state.message, crashed.state
+
+
+def test_a_second_worker_with_the_shared_cache_finds_every_step_done(prefect_server, tmp_path, tiny_model_dir):
+    """Two workers, as on two machines (each its own Prefect home), serve one work pool; the config's
+    pipeline_cache_dir stands for the volume they share. Set up the README's way: a process work pool and
+    `prefect deploy` of a prefect.yaml. The run that the second worker picks up is all cache hits."""
+    config = tiny_config(tmp_path, tiny_model_dir)
+    spec = {"name": "two-workers",
+            "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}],
+            "deployments": [{"name": "shared-cache", "entrypoint": "flows/finetune.py:finetune",
+                             "parameters": {"config_path": str(config), "overrides": []},
+                             "work_pool": {"name": "two-workers"}}]}
+    (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(spec))
+    env = client_env(prefect_server, tmp_path)
+    for command in (["work-pool", "create", "--type", "process", "two-workers"],
+                    ["deploy", "--all", "--prefect-file", str(tmp_path / "prefect.yaml")]):
+        subprocess.run([str(BIN / "prefect"), "--no-prompt", *command], cwd=REPO, env=env, check=True,
+                       capture_output=True)
+    deployment = api(prefect_server, lambda c: c.read_deployment_by_name("finetune/shared-cache"))
+    for worker, expected in (("first", "Completed"), ("second", "Cached")):
+        home = tmp_path / f"{worker}-machine"
+        worker_env = {**env, "PREFECT_HOME": str(home), "PREFECT_WORKER_QUERY_SECONDS": "1"}
+        home.mkdir()
+        with open(home / "worker.log", "wb") as log:
+            process = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "two-workers", "--name",
+                                        worker], cwd=home, env=worker_env, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True, preexec_fn=die_with_parent)
+        try:
+            started = api(prefect_server, lambda c: c.create_flow_run_from_deployment(deployment.id))
+            finished = wait_for_final_state(prefect_server, started.id, 600)
+            assert finished.state.is_completed(), (home / "worker.log").read_text()[-4000:]
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+        assert str(started.id) in (home / "worker.log").read_text(), f"the {worker} worker ran it"
+        states = task_states(prefect_server, started.id)
+        assert set(states) == STEPS and all(set(s) == {expected} for s in states.values()), (worker, states)

@@ -59,6 +59,10 @@ def open_run(
     return run_id
 
 
+# The MLflow UI opens a fine-tuning experiment on its runs table rather than on the GenAI trace overview.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "finetuning"}
+
+
 def _experiment_id(client, uri: str, name: str, artifact_location: str | None) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
@@ -72,7 +76,7 @@ def _experiment_id(client, uri: str, name: str, artifact_location: str | None) -
         return found.experiment_id
     location = artifact_location or default_artifact_location(uri, name)
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_TAGS)
     except Exception:  # created meanwhile by a concurrent run: use it
         found = client.get_experiment_by_name(name)
         if found is None:
