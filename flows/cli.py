@@ -137,7 +137,7 @@ def _retrain(args) -> int:
 
     from flows.retrain import checked_retrain_config, retrain
 
-    checked_retrain_config(args.config, args.registered_model, args.overrides, args.min_delta)
+    checked_retrain_config(args.config, args.registered_model, args.overrides, args.min_delta, args.metric)
     print(json.dumps(retrain(args.config, args.registered_model, promotion_metric=args.metric,
                              greater_is_better=args.greater_is_better, promotion_min_delta=args.min_delta,
                              force=args.force, overrides=args.overrides), indent=2))

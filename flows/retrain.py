@@ -23,13 +23,14 @@ from tasks import build_dataset, evaluate, load_tokenizer
 from tuneline import tracking
 from tuneline.config import RunConfig
 from tuneline.errors import ConfigError
+from tuneline.evaluation.metric_names import metric_problems
 from tuneline.fingerprint import fingerprint
 from tuneline.pipeline import promotion, record
 from tuneline.preflight import checked_config
 
 
 def checked_retrain_config(config_path: str, registered_model: str, overrides: list[str],
-                           min_delta: float = 0.0) -> RunConfig:
+                           min_delta: float = 0.0, promotion_metric: str = "eval_loss") -> RunConfig:
     """The config as the retrain trains it; refused before anything starts when it cannot be compared."""
     if min_delta < 0:
         raise ConfigError(f"'promotion_min_delta' is {min_delta}; allowed: 0 or more")
@@ -37,6 +38,9 @@ def checked_retrain_config(config_path: str, registered_model: str, overrides: l
     if not config.has_validation:
         raise ConfigError("retraining compares the new model with the champion on a held-out set: set 'val_size' "
                           "(e.g. 0.1) or 'eval_dataset'")
+    problems = metric_problems(config, promotion_metric, flag="promotion metric", train_metrics=False)
+    if problems:
+        raise ConfigError(problems)
     return config
 
 
@@ -63,7 +67,8 @@ def retrain(config_path: str, registered_model: str, promotion_metric: str = "ev
             greater_is_better: bool = False, promotion_min_delta: float = 0.0, force: bool = False,
             settings: Settings | None = None, overrides: list[str] | None = None) -> dict:
     overrides = [*all_overrides(settings, overrides), f"mlflow_registered_model={registered_model}"]
-    config = checked_retrain_config(config_path, registered_model, overrides, promotion_min_delta)
+    config = checked_retrain_config(config_path, registered_model, overrides, promotion_min_delta,
+                                    promotion_metric)
     uri = record.connect_tracking(config)
     identity = promotion.data_identity(config)
     champion = tracking.alias_version(uri, registered_model, promotion.CHAMPION)

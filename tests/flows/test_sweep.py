@@ -78,7 +78,7 @@ def test_two_by_two_sweep_nests_four_runs_shares_steps_and_tags_the_best(root, t
     from mlflow import MlflowClient
 
     from flows.sweep import sweep
-    from tuneline.pipeline.sweep_grid import STAGE_METRICS
+    from tuneline.evaluation.metric_names import STAGE_METRICS
 
     started = time.monotonic()
     state = sweep(str(root / "dpo.yaml"), GRID, max_parallel=2, return_state=True)

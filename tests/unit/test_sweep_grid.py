@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from tuneline.errors import ConfigError
+from tuneline.evaluation.metric_names import STAGE_METRICS
 from tuneline.pipeline.sweep_grid import (
-    STAGE_METRICS,
     grid_points,
     parse_axes,
     parse_grid_args,

@@ -25,6 +25,7 @@ import yaml
 from tuneline.config import RunConfig
 from tuneline.config.loader import ALL_KEYS
 from tuneline.errors import ConfigError, UserError, did_you_mean
+from tuneline.evaluation.metric_names import metric_problems
 from tuneline.fingerprint import fingerprint
 from tuneline.pipeline import keys
 from tuneline.preflight import checked_config
@@ -39,18 +40,6 @@ GRID_HELP = (
 # What the sweep sets itself for each point, or what would make its points one and the same run.
 NOT_SWEPT = {"output_dir": "the sweep gives each point its own output_dir, beside the config's",
              "pipeline_cache_dir": "the points share one cache: that is what makes them cheap"}
-# The tuned model's evaluation metrics by stage (tuneline.evaluation.run's steps; a unit test pins the names).
-LANGUAGE_MODEL = ("eval_loss", "perplexity", "token_accuracy")
-PAIRWISE = ("reward_accuracy", "reward_margin", "rewards_chosen", "rewards_rejected")
-STAGE_METRICS = {
-    "pt": LANGUAGE_MODEL,
-    "sft": (*LANGUAGE_MODEL, "exact_match", "rouge1", "rouge2", "rougeL", "bleu4"),
-    "rm": ("eval_loss", *PAIRWISE),
-    "dpo": (*LANGUAGE_MODEL, *PAIRWISE),
-    "kto": (*LANGUAGE_MODEL, *PAIRWISE),
-    "ppo": ("reward",),
-}
-TRAIN_METRICS = ("train_loss",)  # the trainer's mean loss over the run (not ppo's own loop)
 MAX_FOLDER = 100
 _RANGE = re.compile(r"^\s*([^:\s]+)\s*:\s*([^:\s]+)\s*$")
 _FOLDER_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
@@ -232,22 +221,6 @@ def point_folder(values: Mapping[str, Any]) -> str:
 def sweep_output_root(base: RunConfig) -> Path:
     """Beside the config's output_dir (inside, it would leave that folder looking like another run's)."""
     return Path(f"{str(base.output_dir).rstrip('/')}-sweep")
-
-
-def metric_problems(config: RunConfig, metric: str) -> list[str]:
-    """Why `metric` cannot decide this sweep, when that is known from the config (stage, validation split)."""
-    if metric in TRAIN_METRICS:
-        return [] if config.stage != "ppo" else [f"--metric {metric}: ppo's training loop does not report it; "
-                                                 f"use one of {', '.join(STAGE_METRICS['ppo'])}"]
-    produced = STAGE_METRICS.get(config.stage, ())
-    if metric not in produced:
-        allowed = ", ".join((*produced, *(TRAIN_METRICS if config.stage != "ppo" else ())))
-        hint = did_you_mean(metric, produced)
-        return [f"--metric {metric}: the {config.stage} evaluation does not produce it{hint}; use one of {allowed}"]
-    if not config.has_validation:
-        return [f"--metric {metric} is measured on a held-out set and this config has none: set 'val_size' "
-                "(e.g. 0.1) or 'eval_dataset', or use --metric train_loss"]
-    return []
 
 
 def _parallel_problems(config: RunConfig, max_parallel: int) -> list[str]:

@@ -15,9 +15,10 @@ from typing import Any
 
 from tuneline import tracking
 from tuneline.config import RunConfig
+from tuneline.evaluation.metric_names import TRAIN_METRICS
 from tuneline.fingerprint import fingerprint
 from tuneline.pipeline import keys, record
-from tuneline.pipeline.sweep_grid import TRAIN_METRICS, SweepPoint
+from tuneline.pipeline.sweep_grid import SweepPoint
 
 SWEEP_TAG = "tuneline.sweep"  # on the parent: the points' count
 BEST_TAG = "tuneline.sweep_best"  # on each child: "true" on the best point, "false" on the others
