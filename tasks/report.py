@@ -1,8 +1,9 @@
-from prefect import task
+from prefect import get_run_logger, task
 
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.pipeline import keys
+from tuneline.pipeline.publishing import publish_model
 from tuneline.pipeline.record import record_model_card, record_plots
 from tuneline.pipeline.steps import make_model_card, make_plots
 
@@ -25,7 +26,11 @@ def _card_key(config, trained, base_eval, tuned_eval, plots, dataset, run) -> st
       task_run_name="model-card {config.finetuning.stage}")
 def model_card(config: RunConfig, trained: dict, base_eval: dict, tuned_eval: dict, plots: list[str],
                dataset: dict, run: dict) -> str:
-    """README.md with Hugging Face front matter, before/after results, plots and the MLflow link."""
+    """README.md with Hugging Face front matter, before/after results, plots and the MLflow link; with
+    `push_to_hub`, the model and this card published to the hub, once (a cached rerun uploads nothing)."""
     path = make_model_card(config, trained, base_eval, tuned_eval, plots, dataset, run)
     record_model_card(run, path)
+    published = publish_model(config, trained["output_dir"], path, run)
+    if published:
+        get_run_logger().info("published %s: %s", published["repo_id"], published["commit_url"])
     return path

@@ -35,7 +35,7 @@ from tuneline.config import load_config
 from tuneline.config.args import GeneratingArgs
 from tuneline.config.loader import ALL_KEYS, GROUP_FIELDS
 from tuneline.config.scope import SCOPE
-from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
+from tuneline.config.training_keys import PUBLISH_KEYS, TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
 from tuneline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,8 +81,8 @@ CONTEXTS: dict[str, dict[str, Any]] = {
     "optim_args": {"optim": "sgd"},
     "optim_target_modules": {"optim": "galore_adamw"},
     **dict.fromkeys(["dataloader_persistent_workers", "dataloader_prefetch_factor"], {"dataloader_num_workers": 1}),
-    **dict.fromkeys(["hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision"],
-                    {"push_to_hub": True}),
+    **dict.fromkeys(["hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision",
+                     "hub_token"], {"push_to_hub": True}),
 }
 
 # A valid value for keys whose type suggests none (strings, mappings), or where the automatic one is invalid.
@@ -105,7 +105,7 @@ VALUES: dict[str, Any] = {
     "optim": "sgd", "optim_args": "momentum=0.9", "optim_target_modules": ["q_proj"], "warmup_steps": 2,
     "warmup_ratio": 0.1, "max_steps": 5, "logging_steps": 3, "eval_steps": 3, "save_steps": 3,
     "logging_strategy": "epoch", "eval_strategy": "epoch", "evaluation_strategy": "epoch", "save_strategy": "epoch",
-    "hub_strategy": "end", "hub_token": "hf_token", "hub_model_id": "org/model", "hub_revision": "v2",
+    "hub_strategy": "every_save", "hub_token": "hf_token", "hub_model_id": "org/model", "hub_revision": "v2",
     "metric_for_best_model": "eval_accuracy", "include_num_input_tokens_seen": "all", "log_level": "info",
     "log_level_replica": "info", "report_to": "mlflow", "project": "proj", "trackio_space_id": "org/space",
     "trackio_bucket_id": "bucket", "trackio_static_space_id": "org/static", "torch_compile_backend": "eager",
@@ -125,8 +125,9 @@ VALUES: dict[str, Any] = {
 }
 
 # Where tuneline's default is not the schema's: checkpointing is on unless turned off, as in LLaMA-Factory;
-# tuneline's datasets hold model inputs only, so no column is removed.
-EFFECTIVE_DEFAULTS = {"gradient_checkpointing": True, "activation_checkpointing": True, "remove_unused_columns": False}
+# tuneline's datasets hold model inputs only, so no column is removed; the model is published once, at the end.
+EFFECTIVE_DEFAULTS = {"gradient_checkpointing": True, "activation_checkpointing": True, "remove_unused_columns": False,
+                      "hub_strategy": "end"}
 
 # Keys whose effect shows only while a run goes (or in the flow around it): key -> the test that shows it.
 RUNTIME: dict[str, str] = {
@@ -150,6 +151,13 @@ RUNTIME: dict[str, str] = {
     "include_effective_tokens_per_second": "tests/unit/train/test_trainers.py::"
                                            "test_sft_full_trains_and_reports_accuracy_and_predictions",  # throughput
     "report_to": "tests/flows/test_finetune_flow.py::test_flow_trains_tracks_and_caches",  # MLflow, always
+    # published by the flow after the model card, whatever the stage (the stand-in hub keeps what it received)
+    "push_to_hub": "tests/flows/test_publish_flow.py::"
+                   "test_the_flow_publishes_the_model_and_its_card_once_and_records_where",
+    **dict.fromkeys(["hub_model_id", "hub_private_repo", "hub_token"],
+                    "tests/unit/test_publish.py::test_the_final_model_and_the_card_are_uploaded_to_a_private_repo"),
+    "hub_revision": "tests/unit/test_publish.py::"
+                    "test_without_hub_model_id_the_repo_is_named_after_output_dir_under_the_tokens_user",
 }
 
 # Keys whose effect needs what this machine may lack: a GPU, bitsandbytes, several processes.
@@ -564,7 +572,8 @@ def test_a_key_set_where_it_does_not_apply_is_refused(key, world):
 
 
 PPO_WALK = sorted((set(TRAINING_KEYS) | {f.name for f in dataclasses.fields(GeneratingArgs)}) - set(MACHINE)
-                  - {"resume_from_checkpoint", "overwrite_output_dir", "report_to"})  # RUNTIME: the same in ppo
+                  - {"resume_from_checkpoint", "overwrite_output_dir", "report_to"}  # RUNTIME: the same in ppo
+                  - (set(RUNTIME) & PUBLISH_KEYS))  # the flow publishes after any stage
 
 
 def read_by_ppo() -> set[str]:

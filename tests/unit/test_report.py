@@ -77,7 +77,7 @@ def test_plots_for_chosen_keys_with_slashes(tmp_path):
 def card_config(tmp_path: Path, **overrides):
     values = {"model_name_or_path": "org/tiny-llama", "stage": "sft", "finetuning_type": "lora",
               "dataset": "demo_sft,demo_sharegpt", "eval_dataset": "demo_sft_eval", "learning_rate": 5e-4,
-              "lora_rank": 16, "eval_max_new_tokens": 8, "hf_hub_token": "hf_secret", "hub_token": "hub_secret", "output_dir": str(tmp_path / "out"), **overrides}
+              "lora_rank": 16, "eval_max_new_tokens": 8, "hf_hub_token": "hf_secret", "push_to_hub": True, "hub_token": "hub_secret", "output_dir": str(tmp_path / "out"), **overrides}
     if values["finetuning_type"] != "lora":  # a LoRA key in another tuning is refused
         del values["lora_rank"]
     return load_config(None, values, check_paths=False)

@@ -6,9 +6,10 @@ and ignored. tests/unit/test_config_keys_honoured.py checks each listed key chan
 from __future__ import annotations
 
 from tuneline.config.run_config import RunConfig
+from tuneline.config.training_keys import PUBLISH_KEYS
 
 # TrainingArguments keys the PPO loop reads, or that act before it starts (the process group, the model's
-# precision and checkpointing, the data split, output_dir's ownership).
+# precision and checkpointing, the data split, output_dir's ownership). PUBLISH_KEYS act after it, in the flow.
 PPO_TRAINING_KEYS = frozenset({
     "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "report_to",
     "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "num_train_epochs",
@@ -33,7 +34,6 @@ PPO_FIXED: dict[str, object] = {
     "eval_strategy": "no",  # the reward is measured before and after training
     "evaluation_strategy": "no",
     "load_best_model_at_end": False,
-    "push_to_hub": False,
     "neftune_noise_alpha": None,
     "torch_compile": False,
     "group_by_length": False,
@@ -73,7 +73,7 @@ def ppo_problems(config: RunConfig) -> list[str]:
         problems.append(f"'save_strategy: best' has no effect under 'stage: ppo': {PPO_REASONS['save_strategy']}; use "
                         "'steps' or 'epoch'")
     for key, value in config.training.items():
-        if key in PPO_TRAINING_KEYS or (key in PPO_FIXED and value == PPO_FIXED[key]):
+        if key in PPO_TRAINING_KEYS or key in PUBLISH_KEYS or (key in PPO_FIXED and value == PPO_FIXED[key]):
             continue
         reason = PPO_REASONS.get(key, "tuneline's PPO loop is not transformers' Trainer and does not read it")
         allowed = f" (only {PPO_FIXED[key]!r} is accepted)" if key in PPO_FIXED else ""

@@ -82,8 +82,8 @@ SCOPE: dict[str, Rule] = {
                     (lambda c: bool(c.training.get("load_best_model_at_end") or c.finetuning.early_stopping_steps),
                      "with 'load_best_model_at_end: true' or 'early_stopping_steps'")),
     "save_steps": (lambda c: str(c.training.get("save_strategy") or "steps") == "steps", "with 'save_strategy: steps'"),
-    **dict.fromkeys(("hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision"),
-                    _key("push_to_hub", what="with 'push_to_hub: true'")),
+    **dict.fromkeys(("hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision",
+                     "hub_token"), _key("push_to_hub", what="with 'push_to_hub: true'")),
     "optim_args": (lambda c: str(c.training.get("optim") or "adamw_torch_fused").startswith(OPTIM_ARGS_READERS),
                    "with an 'optim' that takes them (sgd, adagrad, rmsprop, galore_*, ...; the adamw_torch ones and "
                    "adafactor take none)"),
@@ -106,6 +106,10 @@ FIXED: dict[str, tuple[object, str]] = {
     "generation_config": (None, "generation follows the generating keys (max_new_tokens, do_sample, top_p, ...)"),
     **dict.fromkeys(("project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"),
                     (None, "it names a trackio project; tuneline reports to MLflow only")),
+    "hub_strategy": ("end", "tuneline publishes the final model and its card once, after the model card is "
+                            "written (what 'end' means), and uploads no checkpoints"),
+    "hub_always_push": (False, "tuneline publishes once and waits for that upload, so there is no earlier push to "
+                               "skip"),
     "parallelism_config": (None, "it takes an accelerate ParallelismConfig object, which a YAML value cannot be: "
                                  "use 'accelerate_config'"),
 }
@@ -132,10 +136,10 @@ def _is_set(config: RunConfig, key: str, value) -> bool:
 
 def scope_problems(config: RunConfig) -> list[str]:
     """Every key set where it changes nothing, with what it needs; every key tuneline does not read, set."""
-    flat, problems = config.flat(), []
+    flat, shown, problems = config.flat(), config.masked(), []  # a secret's value is never quoted
     for key, (applies, when) in SCOPE.items():
         if key in flat and _is_set(config, key, flat[key]) and not applies(config):
-            problems.append(f"'{key}: {flat[key]}' has no effect in this run: it applies only {when}; remove it")
+            problems.append(f"'{key}: {shown[key]}' has no effect in this run: it applies only {when}; remove it")
     for key, (accepted, why) in FIXED.items():
         value = flat.get(key)
         if value is not None and value != accepted:

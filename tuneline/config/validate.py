@@ -101,7 +101,7 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'val_size' is {data.val_size}; use a fraction in (0, 1) or a whole row count")
     if tr.get("do_train", True) and not data.dataset and ft.stage != "ppo":
         problems.append("'dataset' is required for training: name one or more entries of dataset_info.json")
-    problems += _accepted_but_not_built(config)
+    problems += _accepted_but_not_built(config) + hub_repo_problems(config)
     for key in ("load_best_model_at_end", "early_stopping_steps"):
         if (tr.get(key) or getattr(ft, key, None)) and not config.has_validation:
             problems.append(f"'{key}' needs an evaluation split: set 'val_size' or 'eval_dataset'")
@@ -136,9 +136,6 @@ def _adapter_method_problems(config: RunConfig) -> list[str]:
     if config.model.adapter_name_or_path and (not ft.create_new_adapter or config.model.quantization_bit):
         problems.append("'pissa_init' initialises a new adapter, but the last adapter of 'adapter_name_or_path' keeps "
                         "training: set 'create_new_adapter: true' (unquantized base), or remove 'pissa_init'")
-    if ft.pissa_convert and config.training.get("push_to_hub"):
-        problems.append("'push_to_hub' uploads the PiSSA adapter as trained, not the one 'pissa_convert' saves; "
-                        "upload output_dir yourself after training, or remove 'push_to_hub'")
     return problems
 
 
@@ -170,6 +167,29 @@ def zero_stage(deepspeed) -> int:
     ds_config, _ = read_ds_config(deepspeed) if deepspeed else ({}, None)
     zero = ds_config.get("zero_optimization") or {}
     return int(zero.get("stage", 0) or 0) if isinstance(zero, dict) else 0
+
+
+def hub_repo_id(config: RunConfig) -> str:
+    """The repo `push_to_hub` uploads to: 'hub_model_id', else output_dir's name as transformers names it (a name
+    without a namespace goes under the token's user)."""
+    return str(config.training.get("hub_model_id") or Path(config.training.get("output_dir") or ".").absolute().name)
+
+
+def hub_repo_problems(config: RunConfig) -> list[str]:
+    """A repo id the hub would refuse, found before training rather than after it (huggingface_hub's own check)."""
+    if not config.training.get("push_to_hub"):
+        return []
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    repo_id = hub_repo_id(config)
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        where = (f"'hub_model_id: {repo_id}'" if config.training.get("hub_model_id") else
+                 f"output_dir's name '{repo_id}' (the repo 'push_to_hub: true' uploads to without 'hub_model_id')")
+        return [f"{where} is not a Hugging Face repo id: {exc} Set 'hub_model_id' to 'name' or 'namespace/name' "
+                "(letters, digits, '-', '_', '.')"]
+    return []
 
 
 REPORTS_TO = ("none", "mlflow")  # tuneline records every run in MLflow itself

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tuneline import __version__
 from tuneline.config import RunConfig
+from tuneline.config.training_keys import PUBLISH_KEYS
 from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.model.fingerprint import reward_model_fingerprint
 from tuneline.model.tokenizer import tokenizer_fingerprint
@@ -23,7 +24,7 @@ NOT_CONTENT = {
     "mlflow_registered_model", "mlflow_log_checkpoints", "report_to", "logging_dir", "hf_hub_token",
     "resume_from_checkpoint", "overwrite_output_dir", "preprocessing_num_workers", "disable_tqdm",
     "disable_gradient_checkpointing", "use_reentrant_gc",  # recomputes the same activations: same weights
-}
+} | PUBLISH_KEYS  # where the result is published, after training (the model card's key has them)
 EVAL_ONLY = {"eval_max_samples", "eval_max_new_tokens", "pipeline_cache_dir"}
 
 

@@ -8,6 +8,7 @@ the child resumes from its checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -86,7 +87,9 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
         return json.loads((output_dir / COMPLETE_MARKER).read_text())
     output_dir.mkdir(parents=True, exist_ok=True)
-    config_path = dump_config(config, output_dir / RESOLVED_CONFIG)
+    # the child never publishes: the hub token stays out of the resolved config, which the run logs to MLflow
+    child_config = dataclasses.replace(config, training={k: v for k, v in config.training.items() if k != "hub_token"})
+    config_path = dump_config(child_config, output_dir / RESOLVED_CONFIG)
     cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
     env = {**os.environ, TRAIN_KEY_ENV: key}
     if mlflow_run_id:

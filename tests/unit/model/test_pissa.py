@@ -66,7 +66,6 @@ def test_conversion_without_initial_state_is_a_clear_error(make_config, tokenize
     ({"pissa_init": True, "stage": "kto"}, "'pissa_init' with 'stage: kto' and no 'ref_model'"),
     ({"pissa_init": True, "stage": "dpo"}, "'pissa_init' with 'stage: dpo' and no 'ref_model'"),
     ({"pissa_init": True, "adapter_name_or_path": "org/adapter"}, "the last adapter of 'adapter_name_or_path' keeps"),
-    ({"pissa_init": True, "pissa_convert": True, "push_to_hub": True}, "'push_to_hub' uploads the PiSSA adapter"),
 ])
 def test_pissa_is_refused_where_it_would_be_ignored_or_wrong(make_config, keys, message):
     with pytest.raises(ConfigError, match=message):
