@@ -129,3 +129,33 @@ def test_serving_creates_the_gpu_limit_once_and_keeps_one_set_by_hand(prefect_ap
     monkeypatch.setenv(SLOTS_ENV, "5")
     assert ensure_gpu_limit() == 2, "an existing limit is the operator's: kept"
     asyncio.run(delete())
+
+
+def test_the_kubernetes_job_template_is_accepted_by_prefect_as_a_work_pools_base_template(prefect_api):
+    """The server checks that every placeholder of job_configuration is a declared variable."""
+    import json
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+
+    template = json.loads((REPO / "deployments" / "kubernetes-job-template.json").read_text())
+
+    async def create():
+        async with get_client() as client:
+            return await client.create_work_pool(WorkPoolCreate(name="k8s-gpu", type="kubernetes",
+                                                                base_job_template=template))
+
+    pool = asyncio.run(create())
+    variables = pool.base_job_template["variables"]["properties"]
+    assert variables["shared_volume_claim"]["default"] == "tuneline-shared" and variables["gpus"]["default"] == 1
+    containers = pool.base_job_template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
+    assert {"name": "shared", "mountPath": "/shared"} in containers["containers"][0]["volumeMounts"]
+    broken = {**template, "job_configuration": {**template["job_configuration"], "image": "{{ no_such_variable }}"}}
+
+    async def create_broken():
+        async with get_client() as client:
+            await client.create_work_pool(WorkPoolCreate(name="k8s-broken", type="kubernetes",
+                                                         base_job_template=broken))
+
+    with pytest.raises(Exception, match="no_such_variable"):
+        asyncio.run(create_broken())

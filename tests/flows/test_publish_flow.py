@@ -12,6 +12,7 @@ from hub_standin import HubStandIn
 from test_finetune_flow import REPO, run_flow, task_states
 
 TOKEN = "hf_flow_test_secret_token"
+GATED_MODEL_TOKEN = "hf_planted_gated_model_token"  # hf_hub_token: reaches the training child, never a file
 
 
 @pytest.mark.slow
@@ -36,6 +37,7 @@ def test_the_flow_publishes_the_model_and_its_card_once_and_records_where(prefec
         "per_device_train_batch_size": 8, "pipeline_cache_dir": str(tmp_path / "cache"),
         "mlflow_tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "mlflow_experiment": "publish",
         "push_to_hub": True, "hub_model_id": "org/tiny-sft", "hub_private_repo": True, "hub_token": TOKEN,
+        "hf_hub_token": GATED_MODEL_TOKEN,
     }))
     with HubStandIn("hf_someone_elses_token") as refusing:
         monkeypatch.setenv("HF_ENDPOINT", refusing.url)
@@ -63,7 +65,8 @@ def test_the_flow_publishes_the_model_and_its_card_once_and_records_where(prefec
         assert run.data.tags[COMMIT_TAG].startswith(f"{hub.url}/org/tiny-sft/commit/")
         assert run.data.params["hub_token"] == "***"
         kept = [p for p in tmp_path.rglob("*") if p.is_file() and p != config]  # MLflow's store, artifacts, caches
-        assert not [p for p in kept if TOKEN.encode() in p.read_bytes()], "the token is in the run's record"
+        for secret in (TOKEN, GATED_MODEL_TOKEN):
+            assert not [p for p in kept if secret.encode() in p.read_bytes()], f"{secret} is in the run's record"
 
         _, states = run_flow(config)
         assert set(states["model-card"]) == {"Cached"} and len(hub.commits) == 1, "a cached rerun uploads nothing"

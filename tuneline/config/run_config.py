@@ -34,6 +34,14 @@ class RunConfig:
         """`flat()` with secrets masked, for MLflow params and logs."""
         return {k: (MASK if v and is_secret(k) else v) for k, v in self.flat().items()}
 
+    def without_secrets(self) -> RunConfig:
+        """This config with every credential unset: what may be written to a file that MLflow logs."""
+        groups = {name: dataclasses.replace(group, **{f.name: None for f in dataclasses.fields(group)
+                                                      if is_secret(f.name) and getattr(group, f.name)})
+                  for name, group in (("model", self.model), ("data", self.data), ("finetuning", self.finetuning),
+                                      ("generating", self.generating), ("pipeline", self.pipeline))}
+        return dataclasses.replace(self, **groups, training={k: v for k, v in self.training.items() if not is_secret(k)})
+
     def slice(self, *keys: str) -> dict[str, Any]:
         """The named keys only: the part of the config that matters to one step's fingerprint."""
         flat = self.flat()

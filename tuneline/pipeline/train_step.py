@@ -8,7 +8,6 @@ the child resumes from its checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -87,11 +86,13 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
         return json.loads((output_dir / COMPLETE_MARKER).read_text())
     output_dir.mkdir(parents=True, exist_ok=True)
-    # the child never publishes: the hub token stays out of the resolved config, which the run logs to MLflow
-    child_config = dataclasses.replace(config, training={k: v for k, v in config.training.items() if k != "hub_token"})
-    config_path = dump_config(child_config, output_dir / RESOLVED_CONFIG)
+    # credentials stay out of the resolved config, which the run logs to MLflow; the child never publishes, and
+    # reads a gated model's token from the environment, where huggingface_hub looks for it
+    config_path = dump_config(config.without_secrets(), output_dir / RESOLVED_CONFIG)
     cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
     env = {**os.environ, TRAIN_KEY_ENV: key}
+    if config.model.hf_hub_token:
+        env["HF_TOKEN"] = config.model.hf_hub_token
     if mlflow_run_id:
         env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri)})
     progress = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)  # before the child can touch it
