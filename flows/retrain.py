@@ -57,6 +57,20 @@ def _champion_score(config: RunConfig, champion: dict, metric: str, uri: str) ->
     return scored.get("metrics", {}).get(metric)
 
 
+def promote(uri: str, name: str, new: str, champion: dict | None,
+            decision: promotion.Decision) -> tuple[str, promotion.Decision]:
+    """Set the alias the decision gives `new`, one retrain of `name` at a time: a champion that changed since this
+    retrain compared against it is not replaced (two retrains never both promote)."""
+    with one_at_a_time(f"promote-{name}"):
+        now = tracking.alias_version(uri, name, promotion.CHAMPION)
+        if (now and now["version"]) != (champion and champion["version"]):
+            decision = promotion.Decision(False, f"the champion became version {now['version']} during this "
+                                                 "retrain; retrain again to compare against it")
+        alias = promotion.CHAMPION if decision.promote else promotion.CHALLENGER
+        tracking.set_alias(uri, name, alias, new)
+    return alias, decision
+
+
 def _record(name: str, text: str) -> None:
     create_markdown_artifact(f"# Retrain of `{name}`\n\n{text}\n", key="retrain-decision",
                              description="what this retrain decided and why")
@@ -88,13 +102,7 @@ def retrain(config_path: str, registered_model: str, promotion_metric: str = "ev
     champion_score = _champion_score(config, champion, promotion_metric, uri) if champion else None
     decision = promotion.decide(promotion_metric, new_score, champion_score, greater_is_better, promotion_min_delta)
 
-    with one_at_a_time(f"promote-{registered_model}"):  # two retrains never both move the alias
-        now = tracking.alias_version(uri, registered_model, promotion.CHAMPION)
-        if (now and now["version"]) != (champion and champion["version"]):
-            decision = promotion.Decision(False, f"the champion became version {now['version']} during this "
-                                                 "retrain; retrain again to compare against it")
-        alias = promotion.CHAMPION if decision.promote else promotion.CHALLENGER
-        tracking.set_alias(uri, registered_model, alias, new)
+    alias, decision = promote(uri, registered_model, new, champion, decision)
     verdict = f"{'promoted' if decision.promote else 'not promoted'}: {decision.reason}"
     tracking.tag_version(uri, registered_model, new, {promotion.DECISION_TAG: verdict})
     _record(registered_model, f"version {new} is the **{alias}**: {decision.reason}")

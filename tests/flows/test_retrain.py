@@ -51,3 +51,39 @@ def test_retrain_trains_on_new_data_only_and_promotes_only_a_better_model(prefec
     assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
     assert str(client.get_model_version_by_alias(NAME, "challenger").version) == "2"
     assert client.get_model_version(NAME, "2").tags["tuneline.promotion"].startswith("not promoted: eval_loss")
+
+
+def test_two_retrains_that_finish_at_once_never_both_promote(prefect_api, tmp_path):
+    """Both beat the champion they compared against (version 1); the promotions run at the same moment, in turn
+    under the Prefect lock: the second finds the champion changed and leaves the alias alone."""
+    import threading
+
+    from mlflow import MlflowClient
+
+    from flows.retrain import promote
+    from tuneline.pipeline.promotion import Decision
+
+    uri, name = f"sqlite:///{tmp_path / 'mlflow.db'}", "concurrent-model"
+    client = MlflowClient(uri)
+    client.create_registered_model(name)
+    for _ in range(3):
+        client.create_model_version(name, str(tmp_path / "model"))
+    client.set_registered_model_alias(name, "champion", "1")
+    champion = {"version": "1"}
+    start, results = threading.Barrier(2), {}
+
+    def retrain_finishing(version: str) -> None:
+        start.wait()
+        results[version] = promote(uri, name, version, champion, Decision(True, "better than version 1"))
+
+    threads = [threading.Thread(target=retrain_finishing, args=(v,)) for v in ("2", "3")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    aliases = {v: alias for v, (alias, _) in results.items()}
+    assert sorted(aliases.values()) == ["challenger", "champion"], results
+    winner = next(v for v, alias in aliases.items() if alias == "champion")
+    loser = next(v for v in aliases if v != winner)
+    assert str(client.get_model_version_by_alias(name, "champion").version) == winner
+    assert f"the champion became version {winner}" in results[loser][1].reason
