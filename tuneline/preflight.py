@@ -17,11 +17,23 @@ from tuneline.devices import gpu_count
 from tuneline.errors import did_you_mean
 from tuneline.publish import hub_token_problems
 from tuneline.requirements import missing_requirements
+from tuneline.secrets import is_secret
 
 
 def checked_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> RunConfig:
     """The config, or a ConfigError listing every problem found, the config's own and these."""
-    return load_config(path, overrides, more_checks=machine_and_library_problems)
+    given = secret_override_problems(overrides)
+    return load_config(path, overrides, more_checks=lambda config: given + machine_and_library_problems(config))
+
+
+def secret_override_problems(overrides: list[str] | dict | None) -> list[str]:
+    """A credential given as `key=value` becomes a parameter of the Prefect flow run, which Prefect stores and
+    shows: refused, with where to put it instead (the value is never quoted)."""
+    items = overrides if isinstance(overrides, list) else []
+    keys = [item.split("=", 1)[0].strip() for item in items if isinstance(item, str) and "=" in item]
+    return [f"'{key}' is a credential given on the command line, where Prefect would store it with the flow "
+            "run's parameters: put it in the config file, or for the Hugging Face Hub set HF_TOKEN (or run "
+            "`hf auth login`)" for key in keys if is_secret(key)]
 
 
 def machine_and_library_problems(config: RunConfig) -> list[str]:

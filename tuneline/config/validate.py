@@ -12,6 +12,7 @@ import yaml
 from tuneline.config.args import DataArgs
 from tuneline.config.ppo_keys import ppo_problems
 from tuneline.config.run_config import RunConfig
+from tuneline.config.safety import safety_problems
 from tuneline.config.scope import scope_problems
 from tuneline.deepspeed_setup import read_ds_config
 from tuneline.errors import did_you_mean
@@ -101,7 +102,7 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'val_size' is {data.val_size}; use a fraction in (0, 1) or a whole row count")
     if tr.get("do_train", True) and not data.dataset and ft.stage != "ppo":
         problems.append("'dataset' is required for training: name one or more entries of dataset_info.json")
-    problems += _accepted_but_not_built(config) + hub_repo_problems(config)
+    problems += _accepted_but_not_built(config) + hub_repo_problems(config) + safety_problems(config)
     for key in ("load_best_model_at_end", "early_stopping_steps"):
         if (tr.get(key) or getattr(ft, key, None)) and not config.has_validation:
             problems.append(f"'{key}' needs an evaluation split: set 'val_size' or 'eval_dataset'")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 
 from tuneline.config import RunConfig
 from tuneline.config.checkpointing import checkpointing_kwargs
@@ -65,6 +66,10 @@ def load_base_model(config: RunConfig, tokenizer, is_trainable: bool, add_valueh
         model = model_class.from_pretrained(margs.model_name_or_path, **kwargs)
     except OSError as exc:
         raise UserError(f"cannot load 'model_name_or_path' '{margs.model_name_or_path}': {exc}") from None
+    except pickle.UnpicklingError:  # transformers reads .bin weights with torch.load(weights_only=True)
+        raise UserError(f"cannot load 'model_name_or_path' '{margs.model_name_or_path}': its .bin weights hold "
+                        "pickled objects other than tensors, which could run code, so they are refused; convert "
+                        "the model to safetensors where you trust it") from None
     if grows_vocab(config) and model.get_input_embeddings().weight.shape[0] < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)
         logger.info("resized the embeddings to the tokenizer's %d tokens", len(tokenizer))

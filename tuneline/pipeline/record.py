@@ -24,6 +24,7 @@ SERVING_PACKAGES = ("tuneline", "torch", "transformers", "peft", "accelerate", "
 REGISTERED_TAG = "tuneline.registered_version"
 EVALUATION_TAG = "tuneline.evaluation"  # "done", or "skipped: <why>"
 PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own: the UI nests the run under its parent
+TRUST_REMOTE_CODE_TAG = "tuneline.trust_remote_code"  # set only when on: the model repo's Python code ran
 NOT_MODEL_FILES = {"TRAIN_COMPLETE.json", "run.json", "trainer_log.jsonl", "tuneline_config.yaml"}
 
 
@@ -87,6 +88,7 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
         **source_tags(commit),
         **{f"version.{k}": v for k, v in package_versions().items()},
         **({PARENT_RUN_TAG: parent_run_id} if parent_run_id else {}),
+        **({TRUST_REMOTE_CODE_TAG: "true"} if config.model.trust_remote_code else {}),  # the model's own code ran
     }
     run_id = tracking.open_run(uri, config.experiment_name, run_key, config.run_name, tags,
                                reopen_finished=not config.pipeline.refresh_cache)

@@ -20,6 +20,8 @@ FRAMEWORKS = ("tuneline", "torch", "transformers", "peft", "accelerate", "datase
               "mlflow", "prefect")
 # Keys that say where things live on this machine, not how the model was trained.
 NOT_HYPERPARAMETERS = {"mlflow_tracking_uri", "pipeline_cache_dir", "refresh_cache", "hf_hub_token"}
+REMOTE_CODE_NOTE = (" Loaded with `trust_remote_code: true`: the Python code in the model's repository ran, and "
+                    "loading this model runs it again.")
 LOWER_IS_BETTER = {"eval_loss", "perplexity"}
 # Secrets by key name: hf_hub_token, hub_token, *_password, ... (not eval_max_new_tokens or use_fast_tokenizer).
 SECRET_KEY = re.compile(r"(^|_)(token|secret|password|api_key)$", re.IGNORECASE)
@@ -118,7 +120,8 @@ def write_model_card(config, out_dir: str | os.PathLike, *, base_metrics: dict, 
         "---\n" + yaml.safe_dump(front_matter(config), sort_keys=False, allow_unicode=True) + "---",
         f"# {config.run_name}",
         f"`{config.model.model_name_or_path}` fine-tuned by tuneline (stage `{ft.stage}`, "
-        f"{ft.finetuning_type}) on {', '.join(f'`{n}`' for n in config.dataset_names) or 'no dataset'}.",
+        f"{ft.finetuning_type}) on {', '.join(f'`{n}`' for n in config.dataset_names) or 'no dataset'}."
+        + (REMOTE_CODE_NOTE if config.model.trust_remote_code else ""),
         "## Training setup\n\nSettings that differ from tuneline's defaults:\n\n" + settings_table(
             non_default_settings(config)),
         "## Data\n\n" + settings_table({f"`{k}`": v for k, v in sorted(dataset_fingerprints.items())}).replace(

@@ -139,7 +139,7 @@ def default_artifact_location(uri: str, experiment: str) -> str | None:
     db = sqlite_path(uri)
     if db is None:
         return None
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in experiment) or "default"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in experiment).strip(".") or "default"
     return (db.parent / "mlartifacts" / safe).resolve().as_uri()
 
 

@@ -279,8 +279,8 @@ def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
         for shard in sorted(checkpoint.glob("model*.safetensors")):
             weights.update(load_file(str(shard)))
         loop.policy.load_state_dict(weights, strict=False)
-    loop.head.load_state_dict(torch.load(checkpoint / VALUE_HEAD_FILE, map_location="cpu"))
-    saved = torch.load(checkpoint / "ppo_state.pt", map_location="cpu", weights_only=False)
+    loop.head.load_state_dict(torch.load(checkpoint / VALUE_HEAD_FILE, map_location="cpu", weights_only=True))
+    saved = torch.load(checkpoint / "ppo_state.pt", map_location="cpu", weights_only=True)  # tensors, numbers
     loop.optimizer.load_state_dict(saved["optimizer"])
     scheduler.load_state_dict(saved["scheduler"])
     loop.kl.coef = saved["kl_coef"]
@@ -291,7 +291,7 @@ def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
                             f"running (no random state for process {loop.processes.rank}); resume with the "
                             "same number of processes, or start again with overwrite_output_dir: true",
                             title="cannot resume")
-        saved.update(torch.load(own, map_location="cpu", weights_only=False))
+        saved.update(torch.load(own, map_location="cpu", weights_only=True))
     torch.set_rng_state(saved["rng"])
     if saved.get("cuda_rng") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(saved["cuda_rng"])

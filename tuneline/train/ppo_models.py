@@ -41,5 +41,5 @@ def load_value_head(policy, folder: Path | None) -> ValueHead:
     hidden = policy.config.hidden_size
     head = ValueHead(hidden)
     if folder is not None and (folder / VALUE_HEAD_FILE).is_file():
-        head.load_state_dict(torch.load(folder / VALUE_HEAD_FILE, map_location="cpu"))
+        head.load_state_dict(torch.load(folder / VALUE_HEAD_FILE, map_location="cpu", weights_only=True))
     return head
