@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test acceptance lint install clean chromium
+.PHONY: demo test acceptance lint install clean chromium gpu-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,13 @@ test: $(STAMP) lint chromium
 # training on the CPU, so kept out of `make test`; CI runs both.
 acceptance: $(STAMP)
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=15 -m acceptance tests
+
+# On a CUDA machine: a ~0.5B Llama built offline, trained through `tuneline train` by each GPU path (LoRA, full,
+# ZeRO-2/3, dpo, QLoRA when bitsandbytes installs); prints tokens/s, MFU and peak GPU memory. GPU_CHECK_ARGS passes
+# options (--steps, --cases, --peak-tflops, --llamafactory). bitsandbytes without its dependencies: torch stays ours.
+gpu-check: $(STAMP)
+	$(BIN)/pip install -q --no-deps bitsandbytes || echo "bitsandbytes did not install: the QLoRA case is skipped"
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .tuneline demo_output mlflow.db mlruns

@@ -20,6 +20,10 @@ TINY_PRESETS: dict[str, dict[str, int]] = {
              "num_key_value_heads": 2},
     "demo": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2},
+    # About half a billion parameters (all in the layers: the vocabulary stays the tiny one), for the GPU check
+    # (benchmarks/gpu_check.py): large enough that a step's matmuls, not its overheads, set the GPU's pace.
+    "half-b": {"hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 21, "num_attention_heads": 20,
+               "num_key_value_heads": 4, "max_position_embeddings": 2048},
 }
 
 PAD_TOKEN, BOS_TOKEN, IM_START, IM_END = "<|pad|>", "<|bos|>", "<|im_start|>", "<|im_end|>"

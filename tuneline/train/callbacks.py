@@ -53,8 +53,18 @@ class TrainerLogCallback(TrainerCallback):
             "elapsed_time": round(elapsed, 3), "remaining_time": round(remaining, 3) if remaining is not None
             else None, "total_tokens": tokens,
             "throughput": round((tokens - self.start_tokens) / elapsed, 2) if elapsed > 0 else None,
-            "timestamp": round(time.time(), 3),
+            "timestamp": round(time.time(), 3), **peak_gpu_memory(),
         }
+
+
+def peak_gpu_memory() -> dict[str, float]:
+    """This process's peak allocated CUDA memory since it started, in MiB, for the GPU check to read; on a machine
+    without CUDA (or before anything used it) nothing, so CPU logs keep their keys."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {"peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)}
 
 
 class MlflowMetricsCallback(TrainerCallback):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 PROGRESS_KEYS = frozenset({"current_steps", "total_steps", "percentage", "elapsed_time", "remaining_time",
-                           "total_tokens", "throughput", "timestamp"})
+                           "total_tokens", "throughput", "timestamp", "peak_gpu_memory_mb"})
 _RENAMED = {"learning_rate": "lr"}  # LLaMA-Factory's name in the log
 _ORIGINAL = {short: name for name, short in _RENAMED.items()}
 

@@ -1,0 +1,270 @@
+"""GPU check: `python benchmarks/gpu_check.py [--steps 300] [--cases sft-lora,...] [--peak-tflops N] [--llamafactory]
+[--dry-run] [--device cpu]` (`make gpu-check` runs it with its defaults).
+
+For a CUDA machine. Builds a Llama of about half a billion parameters offline (`tuneline tiny-model --preset half-b`:
+random weights, the tiny tokenizer), then trains it through `tuneline train` (one subprocess per case, the command a
+user runs): bf16 sft LoRA and full, full sft under DeepSpeed ZeRO-2 and ZeRO-3, dpo LoRA with the reference
+log-probs precomputed, and QLoRA 4-bit when bitsandbytes imports. Each case runs `--steps` steps; its figures come
+from the run's trainer_log.jsonl: non-padding tokens/s between the first and the last logged step (the steps
+before the first log line are warm-up), peak GPU memory (`peak_gpu_memory_mb`: torch.cuda.max_memory_allocated of
+the training process), the final loss, and the whole command's wall time.
+
+Model FLOPs utilisation = flops_per_token x tokens/s / the card's dense bf16 peak, with flops_per_token = 6 x N for
+full tuning (forward 2N, input gradients 2N, weight gradients 2N; Kaplan's 6N) and 4 x N for LoRA, QLoRA and dpo
+LoRA (the frozen weights get no gradient), where N counts the weights of every Linear layer (lm_head included,
+embeddings not); attention's own FLOPs are not counted, so long sequences read low. The peaks come from a small
+table by GPU name (`--peak-tflops` for any other card). dpo counts the tokens of both answers of each pair.
+
+`--llamafactory` runs LLaMA-Factory 0.9.5 (`.venv-peer`, see README.md) on the same YAML where it can (its dpo
+computes the reference live); without `.venv-peer` it says so and goes on. `--dry-run` writes and validates every
+case's config and prints the plan, with no model and no training; `--device cpu` trains on the CPU (fp32, no
+QLoRA), for checking the script itself. Figures only: nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+PEER_CLI = REPO / ".venv-peer" / "bin" / "llamafactory-cli"
+# Dense bf16 tensor-core peaks from NVIDIA's datasheets, matched in order against torch's device name.
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0), ("L40S", 362.0))
+LORA = {"finetuning_type": "lora", "lora_rank": 16, "lora_target": "all", "learning_rate": 1e-4}
+FULL = {"finetuning_type": "full", "learning_rate": 1e-5}
+CASES = {  # name -> keys on top of the shared ones
+    "sft-lora": {"stage": "sft", "dataset": "gpu_sft", "packing": True, **LORA},
+    "sft-full": {"stage": "sft", "dataset": "gpu_sft", "packing": True, **FULL},
+    "sft-full-zero2": {"stage": "sft", "dataset": "gpu_sft", "packing": True, **FULL,
+                       "deepspeed": str(REPO / "examples" / "deepspeed" / "ds_z2_config.json")},
+    "sft-full-zero3": {"stage": "sft", "dataset": "gpu_sft", "packing": True, **FULL,
+                       "deepspeed": str(REPO / "examples" / "deepspeed" / "ds_z3_config.json")},
+    "dpo-lora": {"stage": "dpo", "dataset": "demo_pref", "pref_beta": 0.1, "precompute_ref": True, **LORA},
+    "sft-qlora": {"stage": "sft", "dataset": "gpu_sft", "packing": True, "quantization_bit": 4, **LORA},
+}
+TUNELINE_ONLY = ("pipeline_cache_dir", "mlflow_tracking_uri", "mlflow_experiment", "precompute_ref")
+
+
+def peak_tflops(device_name: str, given: float | None) -> float | None:
+    """The card's dense bf16 peak: `--peak-tflops` when given, else the table's entry for its name, else None."""
+    if given:
+        return given
+    return next((peak for key, peak in PEAK_BF16_TFLOPS if key.lower() in device_name.lower()), None)
+
+
+def flops_per_token(linear_weights: int, case: dict) -> int:
+    """6N for full tuning, 4N where the base weights are frozen (see the module docstring)."""
+    return (6 if case.get("finetuning_type") == "full" else 4) * linear_weights
+
+
+def mfu(tokens_per_s: float | None, per_token: int, peak: float | None) -> float | None:
+    """Model FLOPs utilisation as a fraction of `peak` TFLOPS; None when either is unknown."""
+    if not tokens_per_s or not peak:
+        return None
+    return per_token * tokens_per_s / (peak * 1e12)
+
+
+def linear_weights(model_dir: Path) -> int:
+    """Weights of the model's Linear layers, counted on the meta device (nothing allocated)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def skip_reason(name: str, device: str) -> str | None:
+    case = CASES[name]
+    if case.get("quantization_bit") and device != "cuda":
+        return "QLoRA needs CUDA"
+    if case.get("quantization_bit") and importlib.util.find_spec("bitsandbytes") is None:
+        return "bitsandbytes is not installed (pip install bitsandbytes)"
+    if case.get("deepspeed") and importlib.util.find_spec("deepspeed") is None:
+        return "deepspeed is not installed"
+    return None
+
+
+def case_config(work: Path, name: str, steps: int, device: str, system: str = "tuneline") -> dict:
+    """The YAML keys of one case, the same for both systems except the keys only tuneline has."""
+    values = {"model_name_or_path": str(work / "model"), "template": "qwen", "dataset_dir": str(work / "data"),
+              "cutoff_len": 1024, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
+              "max_steps": steps, "logging_steps": max(1, min(10, steps // 5)), "save_strategy": "no",
+              "lr_scheduler_type": "cosine", "warmup_ratio": 0.05, "seed": 42, "bf16": device == "cuda",
+              "dataloader_num_workers": 2, "preprocessing_num_workers": 4, "overwrite_output_dir": True,
+              "output_dir": str(work / "out" / system / name), "pipeline_cache_dir": str(work / "cache"),
+              "mlflow_tracking_uri": f"sqlite:///{work / 'mlflow.db'}", "mlflow_experiment": "gpu-check",
+              **CASES[name]}
+    if device == "cpu":
+        values.update(use_cpu=True, dataloader_num_workers=0)
+    if system == "llamafactory":
+        values = {k: v for k, v in values.items() if k not in TUNELINE_ONLY}
+        values.update(do_train=True, report_to="none", include_num_input_tokens_seen=True)
+    return values
+
+
+def write_config(work: Path, name: str, values: dict, system: str) -> Path:
+    path = work / "configs" / system / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# {system} case '{name}' of benchmarks/gpu_check.py\n" + yaml.safe_dump(values, sort_keys=False))
+    return path
+
+
+def prepare_data(work: Path) -> None:
+    """Synthetic alpaca-style rows for sft (train_throughput's generator) and the demo preference pairs for dpo."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from train_throughput import alpaca_rows
+
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "gpu_sft.json").write_text(json.dumps(alpaca_rows(4000)))
+    info = json.loads((REPO / "data" / "dataset_info.json").read_text())
+    (data / "demo_pref.json").write_text((REPO / "data" / "demo_pref.json").read_text())
+    (data / "dataset_info.json").write_text(json.dumps({"gpu_sft": {"file_name": "gpu_sft.json"},
+                                                        "demo_pref": info["demo_pref"]}, indent=2))
+
+
+def read_training(output_dir: Path) -> dict:
+    """Steps, steady tokens/s, training seconds, peak GPU memory and final loss from a run's trainer_log.jsonl."""
+    lines = [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines() if line.strip()]
+    timed = [e for e in lines if e.get("total_tokens") and e.get("elapsed_time")]
+    # from the first log line on: the steps before it (allocator growth, kernel choice) are warm-up
+    first, last = (timed[0] if len(timed) > 1 else None), (timed[-1] if timed else None)
+    if first and last["elapsed_time"] > first["elapsed_time"]:
+        tokens_per_s = (last["total_tokens"] - first["total_tokens"]) / (last["elapsed_time"] - first["elapsed_time"])
+    else:
+        tokens_per_s = last["total_tokens"] / last["elapsed_time"] if last else None
+    memory = [e["peak_gpu_memory_mb"] for e in lines if e.get("peak_gpu_memory_mb")]
+    losses = [e.get("train_loss", e.get("loss")) for e in lines if e.get("train_loss", e.get("loss")) is not None]
+    return {"steps": max((e.get("current_steps", 0) for e in lines), default=0), "tokens_per_s": tokens_per_s,
+            "train_s": last["elapsed_time"] if last else None, "peak_gpu_mb": max(memory) if memory else None,
+            "loss": losses[-1] if losses else None}
+
+
+def run_case(work: Path, name: str, config: Path, system: str, device: str) -> dict:
+    """One `tuneline train` (or `llamafactory-cli train`) of a case; its figures, or the error's last lines."""
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    if system == "llamafactory":
+        command = [str(PEER_CLI), "train", str(config)]
+        env["FORCE_TORCHRUN"] = "1" if CASES[name].get("deepspeed") else env.get("FORCE_TORCHRUN", "0")
+    else:
+        command = [str(Path(sys.executable).parent / "tuneline"), "train", str(config)]
+    start = time.perf_counter()
+    proc = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True)
+    row = {"case": name, "system": system, "wall_s": time.perf_counter() - start}
+    output_dir = work / "out" / system / name
+    if proc.returncode or not (output_dir / "trainer_log.jsonl").is_file():
+        (work / f"{system}-{name}.log").write_text(proc.stdout + proc.stderr)
+        return {**row, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]}
+    return {**row, **read_training(output_dir)}
+
+
+def _cell(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def results_table(rows: list[dict], per_token: dict[str, int], peak: float | None) -> str:
+    """The printed table: one line per case and system, MFU against `peak` TFLOPS."""
+    lines = ["| case | system | steps | wall s | train s | tokens/s | MFU % | peak GPU GiB | loss | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        util = mfu(r.get("tokens_per_s"), per_token.get(r["case"], 0), peak)
+        memory = r["peak_gpu_mb"] / 1024 if r.get("peak_gpu_mb") else None
+        note = r.get("skipped") or " ".join(r.get("error", []))[:120]
+        lines.append(f"| {r['case']} | {r['system']} | {r.get('steps', '-')} | {_cell(r.get('wall_s'), '.0f')} | "
+                     f"{_cell(r.get('train_s'), '.0f')} | {_cell(r.get('tokens_per_s'), '.0f')} | "
+                     f"{_cell(util and 100 * util, '.1f')} | {_cell(memory, '.2f')} | {_cell(r.get('loss'), '.4f')} | "
+                     f"{note} |")
+    return "\n".join(lines)
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA device here: run on a GPU machine, or use --dry-run / --device cpu to check the script")
+    return torch.cuda.get_device_name(0)
+
+
+def plan(work: Path, names: list[str], steps: int, device: str, llamafactory: bool) -> list[tuple[str, str, Path]]:
+    """(case, system, config) for every run, each config written and checked as `tuneline check` would."""
+    from tuneline.config import load_config
+
+    runs = []
+    for name in names:
+        values = case_config(work, name, steps, device)
+        load_config(None, values, check_paths=False)  # a ConfigError here is a fault of this script
+        runs.append((name, "tuneline", write_config(work, name, values, "tuneline")))
+        if llamafactory and PEER_CLI.is_file():
+            runs.append((name, "llamafactory", write_config(
+                work, name, case_config(work, name, steps, device, "llamafactory"), "llamafactory")))
+    return runs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
+    parser.add_argument("--preset", default="half-b", help="tuneline.tiny_model preset of the model built")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the card's dense bf16 peak, for MFU")
+    parser.add_argument("--llamafactory", action="store_true", help="also run LLaMA-Factory from .venv-peer")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--dry-run", action="store_true", help="write and check the configs, print the plan")
+    parser.add_argument("--work", default=None, help="workspace folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.cases.split(",")) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+
+    args = parse_args(argv)
+    work = Path(args.work or tempfile.mkdtemp(prefix="tuneline-gpu-check-")).resolve()
+    names = args.cases.split(",")
+    skipped = {name: reason for name in names if (reason := skip_reason(name, args.device))}
+    runs = plan(work, [n for n in names if n not in skipped], args.steps, args.device, args.llamafactory)
+    if args.llamafactory and not PEER_CLI.is_file():
+        print(f"LLaMA-Factory: skipped, {PEER_CLI} is absent (benchmarks/README.md says how to make .venv-peer)")
+    for name, reason in skipped.items():
+        print(f"{name}: skipped, {reason}")
+    for name, system, config in runs:
+        print(f"{name} ({system}): {'llamafactory-cli' if system == 'llamafactory' else 'tuneline'} train {config}")
+    if args.dry_run:
+        return 0
+    gpu = device_name(args.device)
+    peak = peak_tflops(gpu, args.peak_tflops)
+    if not (work / "model" / "config.json").is_file():
+        build_tiny_model(work / "model", **TINY_PRESETS[args.preset])
+    prepare_data(work)
+    weights = linear_weights(work / "model")
+    rows = [{"case": name, "system": "tuneline", "skipped": reason} for name, reason in skipped.items()]
+    for name, system, config in runs:
+        rows.append(run_case(work, name, config, system, args.device))
+        print(f"{name} ({system}): done in {rows[-1]['wall_s']:.0f} s", flush=True)
+    table = results_table(rows, {name: flops_per_token(weights, CASES[name]) for name in CASES}, peak)
+    (work / "gpu_check.json").write_text(json.dumps({"device": gpu, "peak_tflops": peak, "linear_weights": weights,
+                                                     "steps": args.steps, "rows": rows}, indent=2))
+    print(f"\n{gpu}; {weights / 1e6:.1f}M Linear weights; MFU against "
+          f"{f'{peak:.0f} TFLOPS bf16' if peak else 'no known peak (pass --peak-tflops)'}\n{table}\n"
+          f"workspace: {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
