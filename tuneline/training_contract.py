@@ -14,6 +14,7 @@ import sys
 ERROR_PREFIX = "tuneline: error: "
 
 TRAIN_KEY_ENV = "TUNELINE_TRAIN_KEY"  # the train step's key, so the child needs not compute it again
+RESUME_KEY_ENV = "TUNELINE_RESUME_KEY"  # what a checkpoint's optimisation depends on: resumable across other changes
 DIE_WITH_PARENT_ENV = "TUNELINE_DIE_WITH_PARENT"  # "1": the child dies with the process that launched it
 
 LOG_FILE = "trainer_log.jsonl"  # in output_dir: one line per logged step, written by the child, read for progress

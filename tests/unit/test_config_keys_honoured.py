@@ -136,6 +136,8 @@ RUNTIME: dict[str, str] = {
     "resume_from_checkpoint": "tests/unit/train/test_checkpoints.py::test_resume_from_the_last_step_trains_no_extra_step",
     "overwrite_output_dir": "tests/unit/train/test_checkpoints.py::"
                             "test_same_key_resumes_and_other_key_is_refused_unless_overwrite",
+    "discard_checkpoints": "tests/unit/train/test_resume_across_changes.py::"
+                           "test_a_change_of_the_maths_is_refused_then_set_aside_never_deleted",
     "do_eval": "tests/unit/test_config_keys_honoured.py::test_do_eval_evaluates_a_model_that_does_not_train",
     "predict_with_generate": "tests/unit/train/test_trainers.py::"
                              "test_sft_full_trains_and_reports_accuracy_and_predictions",

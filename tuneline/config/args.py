@@ -172,6 +172,9 @@ class PipelineArgs:
     run_name: str | None = arg(None, "Human name of the run; default '<stage>-<type> <model> <dataset>'.")
     pipeline_cache_dir: str = arg(".tuneline/cache", "Where cached step results (datasets, logps, evals) live.")
     refresh_cache: bool = arg(False, "Rerun every step even where a cached result exists.")
+    discard_checkpoints: bool = arg(False, "Delete an output_dir's old checkpoints where a fresh start replaces "
+                                    "them (refresh_cache, or overwrite_output_dir with settings a checkpoint cannot "
+                                    "be resumed across); by default they are moved to '<output_dir>.superseded-<time>'.")
     mlflow_tracking_uri: str | None = arg(None, "MLflow store; default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.")
     mlflow_experiment: str | None = arg(None, "MLflow experiment; default '<stage>-<model name>'.")
     mlflow_registered_model: str | None = arg(None, "Register the final model under this name.")

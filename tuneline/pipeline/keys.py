@@ -20,7 +20,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 # Keys that never change what a step produces: where results are tracked, how a run is named, cache control.
 NOT_CONTENT = {
-    "run_name", "refresh_cache", "overwrite_cache", "mlflow_tracking_uri", "mlflow_experiment",
+    "run_name", "refresh_cache", "discard_checkpoints", "overwrite_cache", "mlflow_tracking_uri", "mlflow_experiment",
     "mlflow_registered_model", "mlflow_log_checkpoints", "report_to", "logging_dir", "hf_hub_token",
     "resume_from_checkpoint", "overwrite_output_dir", "preprocessing_num_workers", "disable_tqdm",
     "disable_gradient_checkpointing", "use_reentrant_gc",  # recomputes the same activations: same weights
@@ -75,6 +75,18 @@ TRAIN_CODE = ("train", "model", "losses.py", "logps.py", "rewards.py")  # what t
 def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
     return fingerprint("train", training_slice(config), dataset_fp, reference_fp, base_model_key(config),
                        reward_model_fingerprint(config, memo_dir(config)), code_version(*TRAIN_CODE))
+
+
+def resume_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
+    """What a checkpoint's optimisation depends on: the train key less the code and the settings that only change
+    how a run is watched or stored (logging, saving, evaluation schedule, output_dir). A run whose train key
+    differs but whose resume key matches resumes from the checkpoint (see tuneline/train/output_dir.py)."""
+    from tuneline.train.output_dir import weight_neutral_keys
+
+    neutral = weight_neutral_keys(config)
+    shaping = {k: v for k, v in training_slice(config).items() if k not in neutral}
+    return fingerprint("resume", shaping, dataset_fp, reference_fp, base_model_key(config),
+                       reward_model_fingerprint(config, memo_dir(config)))
 
 
 def plot_key(train_key: str) -> str:

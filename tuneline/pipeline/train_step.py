@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from tuneline.config import RunConfig, dump_config
 from tuneline.pipeline.follow_log import TrainerLogReader
 from tuneline.pipeline.launch import TrainingFailed, launch_command, run_streaming
-from tuneline.training_contract import ERROR_PREFIX, LOG_FILE, TRAIN_KEY_ENV
+from tuneline.training_contract import ERROR_PREFIX, LOG_FILE, RESUME_KEY_ENV, TRAIN_KEY_ENV
 
 COMPLETE_MARKER = "TRAIN_COMPLETE.json"
 RESOLVED_CONFIG = "tuneline_config.yaml"
@@ -47,20 +46,50 @@ def worth_retrying(error: BaseException) -> bool:
     return error.returncode < 0 or any(CRASH_SIGNS.search(line) for line in error.tail)
 
 
-def start_over(output_dir: Path) -> None:
-    """`refresh_cache` means train again from step 0: drop this output_dir's checkpoints and results."""
-    from tuneline.train.output_dir import OutputDirLock
+def start_over(output_dir: Path, discard: bool = False) -> str | None:
+    """`refresh_cache` means train again from step 0: this output_dir's checkpoints and results are moved aside
+    to `<output_dir>.superseded-<time>/`, or deleted when the user named it (`discard_checkpoints`)."""
+    from tuneline.train.output_dir import OutputDirLock, replace_old_run
 
     if not output_dir.is_dir():
-        return
+        return None
     lock = OutputDirLock(output_dir)  # a trainer still running there makes this fail with its holder named
     try:
-        for entry in output_dir.iterdir():
-            if entry.name.startswith(".tuneline.lock"):
-                continue
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        return replace_old_run(output_dir, discard, "'refresh_cache' trains again from step 0")
     finally:
         lock.release()
+
+
+def refuse_if_in_use(output_dir: Path) -> None:
+    """A second run on an output_dir where a training runs is refused before it writes anything there."""
+    from tuneline.train.output_dir import OutputDirLock
+
+    if output_dir.is_dir():
+        OutputDirLock(output_dir).release()  # raises LockHeld naming the running one
+
+
+def finished_compatible(output_dir: Path, key: str, resume_key: str | None, config: RunConfig,
+                        on_line: Callable[[str], None]) -> dict | None:
+    """A finished training whose key differs only in what does not shape the weights (logging, saving, code):
+    its result stands for this key too, re-stamped, instead of training again from step 0."""
+    from tuneline.train.output_dir import changed_settings, describe_changes, recorded_settings, write_run_file
+
+    marker = output_dir / COMPLETE_MARKER
+    try:
+        done = json.loads(marker.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not resume_key or done.get("resume_key") != resume_key:
+        return None
+    settings = recorded_settings(config)
+    changes = changed_settings(done.get("settings"), settings)
+    why = f"settings changed: {describe_changes(changes)}" if changes else "tuneline's training code changed"
+    ref = {**done, "train_key": key, "settings": settings}
+    _write_json(marker, ref)
+    write_run_file(output_dir, train_key=key, resume_key=resume_key, settings=settings)
+    on_line(f"output_dir '{output_dir}': the finished training is kept, as nothing that shapes its weights "
+            f"changed ({why}); set 'refresh_cache: true' to train again")
+    return ref
 
 
 def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
@@ -81,16 +110,21 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     again from step 0.
     """
     output_dir = config.output_dir
+    refuse_if_in_use(output_dir)
+    resume_key = _resume_key(config, dataset_ref, reference_ref)
     if start_fresh:
-        start_over(output_dir)
+        if moved := start_over(output_dir, config.pipeline.discard_checkpoints):
+            on_line(moved)
     elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
-        return json.loads((output_dir / COMPLETE_MARKER).read_text())
+        return _reference(json.loads((output_dir / COMPLETE_MARKER).read_text()))
+    elif (kept := finished_compatible(output_dir, key, resume_key, config, on_line)) is not None:
+        return _reference(kept)
     output_dir.mkdir(parents=True, exist_ok=True)
     # credentials stay out of the resolved config, which the run logs to MLflow; the child never publishes, and
     # reads a gated model's token from the environment, where huggingface_hub looks for it
     config_path = dump_config(config.without_secrets(), output_dir / RESOLVED_CONFIG)
     cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
-    env = {**os.environ, TRAIN_KEY_ENV: key}
+    env = {**os.environ, TRAIN_KEY_ENV: key, **({RESUME_KEY_ENV: resume_key} if resume_key else {})}
     if config.model.hf_hub_token:
         env["HF_TOKEN"] = config.model.hf_hub_token
     if mlflow_run_id:
@@ -104,10 +138,26 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
             on_progress(entries[-1])
 
     run_streaming(cmd, env, forward)
+    from tuneline.train.output_dir import recorded_settings
+
     ref = {"output_dir": str(output_dir), "train_key": key, "metrics": _read_metrics(output_dir),
-           "mlflow_run_id": mlflow_run_id}
+           "mlflow_run_id": mlflow_run_id, "resume_key": resume_key, "settings": recorded_settings(config)}
     _write_json(output_dir / COMPLETE_MARKER, ref)
-    return ref
+    return _reference(ref)
+
+
+def _reference(marker: dict) -> dict[str, Any]:
+    """What the step returns: the marker less the settings it keeps to name later changes (a small reference)."""
+    return {k: v for k, v in marker.items() if k != "settings"}
+
+
+def _resume_key(config: RunConfig, dataset_ref: dict, reference_ref: dict | None) -> str | None:
+    """None where the dataset reference has no fingerprint (a hand-made reference): then only the exact key resumes."""
+    if not dataset_ref.get("fingerprint"):
+        return None
+    from tuneline.pipeline import keys
+
+    return keys.resume_key(config, dataset_ref["fingerprint"], (reference_ref or {}).get("fingerprint"))
 
 
 def _write_json(path: Path, data: dict) -> None:

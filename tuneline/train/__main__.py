@@ -6,6 +6,7 @@ PATH is the processed dataset folder (or a JSON file holding the reference `buil
 it the dataset is built (or found in the step cache) here. Process 0 locks output_dir, decides whether to resume
 (see output_dir.py) and writes run.json; every process then trains from the same checkpoint. Environment (names
 in tuneline.training_contract): TUNELINE_TRAIN_KEY (the train step's key; computed here when absent),
+TUNELINE_RESUME_KEY (what a checkpoint can be resumed across, see output_dir.py),
 MLFLOW_RUN_ID + MLFLOW_TRACKING_URI (log step metrics into that run), TUNELINE_DIE_WITH_PARENT=1 (exit when the
 launching process dies). Exit code 2 with a one-line `tuneline: error:` message for anything the user can fix.
 """
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 from tuneline.errors import UserError
-from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, TRAIN_KEY_ENV
+from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, RESUME_KEY_ENV, TRAIN_KEY_ENV
 from tuneline.training_contract import die_with_parent as arm_die_with_parent
 
 
@@ -57,8 +58,11 @@ def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
 
     lock = None
     if is_main:
-        key = os.environ.get(TRAIN_KEY_ENV) or train_key(config, dataset_ref)
-        lock, resume = prepare_output_dir(config, key, os.environ.get("MLFLOW_RUN_ID"))
+        key = os.environ.get(TRAIN_KEY_ENV)
+        # alone (no flow gave keys), the key computed here leaves out what does not shape the weights: it is both
+        resume_key = os.environ.get(RESUME_KEY_ENV) if key else None
+        key = key or train_key(config, dataset_ref)
+        lock, resume = prepare_output_dir(config, key, os.environ.get("MLFLOW_RUN_ID"), resume_key or key)
         if resume is None:
             from tuneline.train.mlflow_checkpoints import restore_into_run_file
 

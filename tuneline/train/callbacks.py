@@ -119,9 +119,18 @@ def _default_logger_factory(run_id: str, tracking_uri: str, spool_dir: Path):
     return BackgroundStepLogger(lambda: StepMetricLogger(run_id, tracking_uri, spool_dir))
 
 
+class CurrentSchedule(TrainerCallback):
+    """A resumed run logs, evaluates and saves on this config's schedule. transformers restores the checkpoint's
+    `logging_steps`, `eval_steps` and `save_steps` with its state (warning that they differ); a run resumed across
+    a change of them (see output_dir.py) must honour the new values, so they are set again from the arguments."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.compute_steps(args, state.max_steps)
+
+
 def build_callbacks(config, output_dir: str | Path, extra: list | None = None) -> list:
     """The callbacks every stage uses, then the caller's."""
-    callbacks = [TrainerLogCallback(output_dir), MlflowMetricsCallback(output_dir)]
+    callbacks = [CurrentSchedule(), TrainerLogCallback(output_dir), MlflowMetricsCallback(output_dir)]
     if config.pipeline.mlflow_log_checkpoints:
         from tuneline.train.mlflow_checkpoints import MlflowCheckpointCallback
 

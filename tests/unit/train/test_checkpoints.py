@@ -73,6 +73,8 @@ def test_same_key_resumes_and_other_key_is_refused_unless_overwrite(tiny_model_d
     lock, resume = prepare_output_dir(config, "key-two", None)
     lock.release()
     assert resume is None and not (out / "checkpoint-3").exists()
+    [aside] = out.parent.glob("out.superseded-*")  # replaced, never deleted unless `discard_checkpoints` says so
+    assert (aside / "checkpoint-3" / "trainer_state.json").is_file() and (aside / "run.json").is_file()
     assert (out / "tuneline_config.yaml").is_file()  # the launcher's resolved config stays
     assert read_run_file(out)["train_key"] == "key-two"
 
