@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -128,8 +129,6 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
     run()
     for step_4 in (out / COMPLETE_MARKER, out / "model.safetensors"):
         step_4.unlink()
-    import shutil
-
     shutil.rmtree(out / "checkpoint-4")  # what a kill after checkpoint-2 leaves
     ref, lines = run(logging_steps=2, save_steps=3)
     assert any("resuming from checkpoint-2 (step 2)" in line and "logging_steps 1 -> 2" in line for line in lines)
