@@ -87,3 +87,22 @@ def test_two_retrains_that_finish_at_once_never_both_promote(prefect_api, tmp_pa
     loser = next(v for v in aliases if v != winner)
     assert str(client.get_model_version_by_alias(name, "champion").version) == winner
     assert f"the champion became version {winner}" in results[loser][1].reason
+
+
+@pytest.mark.parametrize(("metric", "message"), [
+    ("exact_matc", "does not produce it; did you mean 'exact_match'"),
+    ("train_loss", "the training loss is not measured"),
+    ("reward_accuracy", "the sft evaluation does not produce it"),
+])
+def test_a_promotion_metric_the_evaluation_never_reports_is_refused_before_training(capsys, tmp_path, monkeypatch,
+                                                                                    metric, message):
+    from flows.cli import main
+
+    monkeypatch.chdir(REPO)
+    store = tmp_path / "mlflow.db"
+    argv = ["retrain", "examples/sft_lora_demo.yaml", "demo-model", f"mlflow_tracking_uri=sqlite:///{store}",
+            f"output_dir={tmp_path / 'out'}", "--metric", metric]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"promotion metric {metric}" in err and message in err and "Traceback" not in err, err
+    assert not store.exists(), "refused before any run was recorded"

@@ -108,11 +108,13 @@ def test_dump_round_trips(tmp_path):
 def test_masked_hides_credentials_and_shows_settings_that_name_tokens(tmp_path):
     settings = {"max_new_tokens": 16, "eval_max_new_tokens": 8, "use_fast_tokenizer": False, "predict_with_generate": True,
                 "skip_special_tokens": False, "ignore_pad_token_for_loss": True, "split_special_tokens": True}
-    extra = "hf_hub_token: hf_secret\nhub_token: hf_other\n" + "".join(f"{k}: {v}\n" for k, v in settings.items())
+    extra = "hf_hub_token: hf_secret\nhub_token: hf_other\npush_to_hub: true\n" + "".join(f"{k}: {v}\n" for k, v in settings.items())
     config = load_config(write(tmp_path, BASE + extra), check_paths=False)
     masked = config.masked()
     assert masked["hf_hub_token"] == masked["hub_token"] == "***" and config.flat()["hf_hub_token"] == "hf_secret"
     assert {key: masked[key] for key in settings} == settings
+    unset = config.without_secrets().flat()  # what the run's logged config file holds
+    assert unset["hf_hub_token"] is None and "hub_token" not in unset and unset["max_new_tokens"] == 16
 
 
 def test_cli_exits_2_with_one_message(tmp_path, capsys):
