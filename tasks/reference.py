@@ -11,7 +11,8 @@ from tuneline.pipeline.steps import reference_complete
                                lambda key, config, dataset: reference_complete(config, key)),
       persist_result=True)
 def build_reference_model(config: RunConfig, dataset: dict) -> dict:
-    """Precompute reference log-probs once per (reference model, data); says so when the stage needs none."""
+    """Precompute the reference log-probs of the rows the run visits (its key names them, so a longer run is a new
+    key whose build computes only the rows not stored yet); says so when the stage needs none."""
     from tuneline.reference import build_reference_logps
 
     return build_reference_logps(config, dataset)

@@ -1,6 +1,7 @@
 """dpo and ppo through the whole flow on the tiny model, against a real Prefect API and MLflow store: the
 reference step is a cache hit across a pref_beta sweep, and ppo trains its reward model first as a subflow."""
 
+import json
 import shutil
 
 import pytest
@@ -35,6 +36,10 @@ def root(tmp_path_factory, tiny_model_dir):
 def test_dpo_sweep_over_pref_beta_reuses_the_reference_log_probs(prefect_api, root):
     result, states = run_flow(root / "dpo.yaml")
     assert set(states) == STEPS and states["build-reference-model"] == ["Completed"], states
+    (marker,) = (root / "cache" / "build-reference-model").glob("*/COMPLETE")
+    made = json.loads(marker.read_text())
+    assert made["computed_rows"] == 6 * 8 + made["rows"]["validation"], "only the rows 6 steps of 8 pairs visit"
+    assert made["visited_rows"]["train"] == 48 < made["rows"]["train"], made
     assert "reward_accuracy" in result["tuned"] and "reward_accuracy" in result["base"]
 
     from flows.parameters import Settings

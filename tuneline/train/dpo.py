@@ -16,6 +16,7 @@ from collections import defaultdict
 from contextlib import nullcontext
 from typing import Any
 
+from tuneline.errors import UserError
 from tuneline.logps import pair_logps
 from tuneline.losses import LENGTH_NORMALISED, REFERENCE_FREE, pairwise_loss
 from tuneline.train.trainer_base import TunelineTrainer
@@ -60,6 +61,20 @@ class PreferenceTrainer(TunelineTrainer):
             reference, context = model, unwrapped.disable_adapter()
         with torch.no_grad(), context:
             return compute(reference)
+
+    def stored_reference(self, inputs) -> tuple | None:
+        """The batch's precomputed reference columns, or None when its rows carry none.
+
+        The reference step leaves NaN in the rows it expects the run never to visit (tuneline.reference.rows); the
+        check is made here, where the numbers are used, because the dataloader collates a batch ahead of the step
+        that trains on it."""
+        if self.ref_columns[0] not in inputs:
+            return None
+        values = tuple(inputs[name] for name in self.ref_columns)
+        for name, value in zip(self.ref_columns, values, strict=True):
+            if value.isnan().any():
+                raise UserError(MISSING_REFERENCE.format(rows=int(value.isnan().sum()), column=name))
+        return values
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if model.training else "eval"
@@ -150,8 +165,8 @@ class DPOTrainer(PreferenceTrainer):
         """Summed reference log-probs: precomputed columns when present, else a live forward; None if unused."""
         if self.finetuning.pref_loss in REFERENCE_FREE:
             return None, None
-        if self.ref_columns[0] in inputs:
-            return inputs[self.ref_columns[0]], inputs[self.ref_columns[1]]
+        if (stored := self.stored_reference(inputs)) is not None:
+            return stored
         chosen, rejected, _, _ = self.with_reference(model, lambda ref: pair_logps(ref, inputs, self.pad_token_id))
         return chosen, rejected
 
@@ -171,6 +186,13 @@ class WithReferenceColumns:
         for name in present:
             batch[name] = torch.tensor([f[name] for f in features], dtype=torch.float32)
         return batch
+
+
+MISSING_REFERENCE = (
+    "{rows} row(s) of a batch have no precomputed '{column}': the build-reference-model step computed reference "
+    "log-probs only for the rows a run of this config visits, and this run visits others (was the dataset made for "
+    "another max_steps, batch size, seed or process count?). Run the flow again (`tuneline train CONFIG`) so the "
+    "step adds the missing rows, or set 'precompute_ref: false' to run the reference live")
 
 
 def run_preference(config, dataset_ref: dict, extra_callbacks: list, trainer_class) -> dict:

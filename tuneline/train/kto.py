@@ -49,8 +49,8 @@ class KTOTrainer(PreferenceTrainer):
 
     def reference_logps(self, model, inputs):
         """Summed reference log-probs of the completions and of the mismatched KL completions."""
-        if self.ref_columns[0] in inputs:
-            return inputs[self.ref_columns[0]], inputs[self.ref_columns[1]]
+        if (stored := self.stored_reference(inputs)) is not None:
+            return stored
 
         def compute(ref):
             return completion_logps(ref, inputs)[0], completion_logps(ref, inputs, "kl_")[0]

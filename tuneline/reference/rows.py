@@ -1,0 +1,72 @@
+"""Which training rows a run visits, decided from the config alone: the reference step computes only those.
+
+A run of `max_steps` shorter than an epoch visits the first `max_steps x per_device_train_batch_size x
+gradient_accumulation_steps x processes` positions of its first epoch's order and never the rest. That order is
+transformers' `RandomSampler` made seedable by accelerate (`use_seedable_sampler`, on by default): the first epoch
+is `torch.randperm(rows)` drawn from a generator seeded with `data_seed`, else `seed`. `disable_shuffling` (or
+`train_sampling_strategy: sequential`) visits the rows in order. With several processes each takes every
+`processes`-th batch of that one order, so together they visit its first positions. Whatever this module cannot
+foresee as surely (length-grouped or rebalanced sampling, `auto_find_batch_size`, an `accelerator_config` or an
+accelerate config file, several machines, a run of one epoch or more) takes every row. The trainer stops at a batch whose reference
+values are missing (`tuneline.train.dpo`), so a wrong plan fails loudly instead of training on missing numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuneline.devices import gpu_count
+
+EVERY_ROW: dict[str, Any] = {"rows": "all"}
+# transformers' TrainingArguments defaults for the keys the plan reads.
+TRAINER_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "seed": 42}
+FORESEEABLE_ORDERS = ("random", "sequential")
+
+
+def sampling_order(config) -> str:
+    """The train_sampling_strategy the run's TrainingArguments get (see tuneline.train.training_args)."""
+    training = config.training
+    if training.get("group_by_length"):
+        return "group_by_length"
+    if "train_sampling_strategy" in training:
+        return str(training["train_sampling_strategy"])
+    return "sequential" if config.finetuning.disable_shuffling else "random"
+
+
+def training_processes(config) -> int:
+    """How many processes the launch starts for this config on this machine (tuneline.pipeline.launch)."""
+    gpus = gpu_count()
+    use_cpu = not gpus or bool(config.training.get("use_cpu"))
+    return int(config.pipeline.num_processes or (1 if use_cpu else gpus))
+
+
+def visit_plan(config) -> dict[str, Any]:
+    """`{"rows": "all"}`, or how many rows of which order the run visits: small, JSON-able, part of the step key."""
+    training = config.training
+    steps = int(training.get("max_steps") or -1)
+    order = sampling_order(config)
+    machines = getattr(config.pipeline, "num_machines", 1)  # each machine counts its own devices: not seen from here
+    if (steps <= 0 or order not in FORESEEABLE_ORDERS or training.get("auto_find_batch_size") or machines > 1
+            or training.get("accelerator_config") or config.pipeline.accelerate_config):
+        return EVERY_ROW
+    per_step = 1
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        per_step *= int(training.get(key) or TRAINER_DEFAULTS[key])
+    plan: dict[str, Any] = {"rows": steps * per_step * training_processes(config), "order": order}
+    if order == "random":
+        seed = training.get("data_seed")
+        plan["seed"] = int(seed if seed is not None else training.get("seed", TRAINER_DEFAULTS["seed"]))
+    return plan
+
+
+def visited_rows(plan: dict[str, Any], train_rows: int) -> list[int] | None:
+    """Indices of the training rows the plan visits, in visiting order; None when it visits every row."""
+    count = plan["rows"]
+    if count == "all" or count >= train_rows:
+        return None
+    if plan["order"] == "sequential":
+        return list(range(count))
+    import torch
+
+    generator = torch.Generator().manual_seed(plan["seed"])
+    return torch.randperm(train_rows, generator=generator)[:count].tolist()
