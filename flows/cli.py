@@ -9,6 +9,7 @@
     tuneline serve [PREFECT_YAML]                 (every deployment of deployments/prefect.yaml, one process)
     tuneline trigger DEPLOYMENT [key=value ...]   (start a run of a deployment; prints its id and UI page)
     tuneline ui [--prefect-port 4200] [--mlflow-port 5000]   (both servers on 127.0.0.1; Ctrl+C stops both)
+    tuneline train-node CONFIG [key=value ...] --machine-rank N   (another machine joins the main one's training)
 
 It lives in flows/ because `train` starts a Prefect flow and the library below never imports Prefect.
 `train` runs flows.finetune's own command line. Heavy imports (prefect, torch, transformers) wait until the chosen
@@ -60,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1", help="address to bind both servers to")
     ui.add_argument("--prefect-port", type=int, default=4200)
     ui.add_argument("--mlflow-port", type=int, default=5000)
+    node = sub.add_parser("train-node", help="on a machine other than the main one: join its training")
+    node.add_argument("config", help="the config the main machine's `tuneline train` runs")
+    node.add_argument("overrides", nargs="*", help="key=value, the same as the main machine's")
+    node.add_argument("--machine-rank", type=int, help="this machine's rank, 1 to num_machines - 1 (sets machine_rank)")
+    node.add_argument("--wait", type=float, default=3600.0, help="seconds to wait for the main machine's dataset")
     tiny = sub.add_parser("tiny-model", help="build the offline tiny Llama and tokenizer")
     tiny.add_argument("out_dir")
     tiny.add_argument("--preset", default="demo", help="size preset (see tuneline.tiny_model.TINY_PRESETS)")
@@ -190,6 +196,14 @@ def _ui(args) -> int:
     return 0
 
 
+def _train_node(args) -> int:
+    from tuneline.pipeline.node import train_on_node
+
+    rank = [] if args.machine_rank is None else [f"machine_rank={args.machine_rank}"]
+    train_on_node(checked_config(args.config, [*args.overrides, *rank]), args.wait)
+    return 0
+
+
 def _tiny_model(args) -> int:
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
 
@@ -201,7 +215,7 @@ def _tiny_model(args) -> int:
 
 COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export, "chat": _chat,
             "retrain": _retrain, "sweep": _sweep, "serve": _serve, "trigger": _trigger, "ui": _ui,
-            "tiny-model": _tiny_model}
+            "tiny-model": _tiny_model, "train-node": _train_node}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,7 +99,7 @@ VALUES: dict[str, Any] = {
     "reward_model_type": "lora", "reward_model_config": "<rm_config>", "ppo_target": 3.0, "max_new_tokens": 6,
     "max_length": 64, "run_name": "named", "pipeline_cache_dir": "<tmp>/cache2", "mlflow_experiment": "exp",
     "mlflow_tracking_uri": "sqlite:///<tmp>/other.db", "mlflow_registered_model": "registered",
-    "accelerate_config": "<accelerate>", "num_processes": 2, "eval_max_new_tokens": 8, "eval_max_samples": 8,
+    "accelerate_config": "<accelerate>", "num_processes": 2, "main_process_ip": "10.0.0.5", "eval_max_new_tokens": 8, "eval_max_samples": 8,
     # TrainingArguments and legacy keys
     "output_dir": "<tmp>/out2", "lr_scheduler_type": "cosine", "lr_scheduler_kwargs": {"num_cycles": 2},
     "optim": "sgd", "optim_args": "momentum=0.9", "optim_target_modules": ["q_proj"], "warmup_steps": 2,

@@ -185,6 +185,15 @@ class PipelineArgs:
     reward_model_config: str | None = arg(None, "ppo: a `stage: rm` config the flow runs first, as a cached "
                                           "subflow; its output becomes reward_model.")
     accelerate_config: str | None = arg(None, "An accelerate config file (e.g. FSDP) passed to the launcher.")
+    num_machines: int = arg(1, "Machines that train together; with more than 1, the main machine (machine_rank 0) "
+                            "runs `tuneline train` and each other one `tuneline train-node CONFIG --machine-rank N`. "
+                            "'num_processes' counts the processes of one machine.")
+    machine_rank: int = arg(0, "This machine's rank among 'num_machines' (0: the main one, which runs the flow); "
+                            "`tuneline train-node --machine-rank N` sets it on the others.")
+    main_process_ip: str | None = arg(None, "Address of the main machine (machine_rank 0) that the other machines "
+                                      "reach; needed with 'num_machines' above 1.")
+    main_process_port: int | None = arg(None, "Port on the main machine where the machines meet (default 29500 with "
+                                        "several machines); the same on every machine.")
 
 
 GROUPS: dict[str, type] = {

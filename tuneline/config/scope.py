@@ -41,6 +41,8 @@ SCOPE: dict[str, Rule] = {
     "create_new_adapter": _key("adapter_name_or_path"),
     "loraplus_lr_embedding": _key("loraplus_lr_ratio"),
     "pissa_iter": _key("pissa_init", what="with 'pissa_init: true'"),
+    **dict.fromkeys(("machine_rank", "main_process_ip", "main_process_port"),
+                    _key("num_machines", lambda n: (n or 1) > 1, "with 'num_machines' above 1")),
     **dict.fromkeys(("freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"), _type("freeze")),
     **dict.fromkeys(("badam_mode", "badam_switch_interval", "badam_verbose"),
                     _key("use_badam", what="with 'use_badam: true'")),

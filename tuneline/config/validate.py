@@ -55,11 +55,47 @@ def check_ranges(config: RunConfig) -> list[str]:
 
 
 def check_combinations(config: RunConfig, check_paths: bool = True) -> list[str]:
-    problems = _check_keys(config) + check_ranges(config)
+    problems = _check_keys(config) + check_ranges(config) + machines_problems(config)
     if check_paths:
         problems += check_model_paths(config) + check_reward_model_config(config)
         problems += check_datasets(config)
     return problems
+
+
+def machines_problems(config: RunConfig) -> list[str]:
+    """Several machines need the main one's address, a rank within their number and one port every machine knows
+    (accelerate's free-port choice would differ per machine). An accelerate_config that names several machines
+    itself would leave each machine's rank to its own file: tuneline's keys must say it, so `train-node` can."""
+    pipe, problems = config.pipeline, []
+    if pipe.num_machines < 1:
+        return [f"'num_machines' is {pipe.num_machines}; it must be at least 1"]
+    if pipe.machine_rank < 0:
+        problems.append(f"'machine_rank' is {pipe.machine_rank}; it must be at least 0")
+    if pipe.num_machines > 1:
+        if not pipe.main_process_ip:
+            problems.append(f"'num_machines: {pipe.num_machines}' needs 'main_process_ip': the address of the main "
+                            "machine (machine_rank 0) that the others reach")
+        if pipe.machine_rank >= pipe.num_machines:
+            problems.append(f"'machine_rank: {pipe.machine_rank}' is not below 'num_machines: {pipe.num_machines}'; "
+                            f"the ranks are 0 (the main machine) to {pipe.num_machines - 1}")
+        if pipe.main_process_port is not None and not 1 <= pipe.main_process_port <= 65535:
+            problems.append(f"'main_process_port: {pipe.main_process_port}' is not a port every machine can meet on; "
+                            "give one between 1 and 65535 (default 29500)")
+    file_machines = _accelerate_file_machines(pipe.accelerate_config)
+    if file_machines > 1 and pipe.num_machines == 1:
+        problems.append(f"'accelerate_config' ({pipe.accelerate_config}) names num_machines: {file_machines}; set "
+                        "'num_machines', 'main_process_ip' (and 'main_process_port') in the tuneline config instead, "
+                        "so that every machine's launch gets its own rank from `tuneline train-node --machine-rank N`")
+    return problems
+
+
+def _accelerate_file_machines(path: str | None) -> int:
+    """num_machines of an accelerate config file; 1 when there is none or it cannot be read (preflight says so)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) if path else None
+        return int((data or {}).get("num_machines") or 1) if isinstance(data, dict) else 1
+    except (OSError, yaml.YAMLError, TypeError, ValueError):
+        return 1
 
 
 def _check_keys(config: RunConfig) -> list[str]:

@@ -24,6 +24,7 @@ NOT_CONTENT = {
     "mlflow_registered_model", "mlflow_log_checkpoints", "report_to", "logging_dir", "hf_hub_token",
     "resume_from_checkpoint", "overwrite_output_dir", "preprocessing_num_workers", "disable_tqdm",
     "disable_gradient_checkpointing", "use_reentrant_gc",  # recomputes the same activations: same weights
+    "machine_rank", "main_process_ip", "main_process_port",  # which machine, and where they meet: the same training
 } | PUBLISH_KEYS  # where the result is published, after training (the model card's key has them)
 EVAL_ONLY = {"eval_max_samples", "eval_max_new_tokens", "pipeline_cache_dir"}
 

@@ -1,7 +1,8 @@
 """Start the training subprocess with `accelerate launch` and stream its output.
 
 One process on CPU (or `num_processes` CPU processes over gloo), one per GPU with `--multi_gpu`, or what an
-accelerate config file says (FSDP, several machines) from `accelerate_config`. DeepSpeed comes from `deepspeed`
+accelerate config file says (FSDP) from `accelerate_config`; with `num_machines` above 1, the same on each machine,
+meeting at `main_process_ip` (tuneline.pipeline.node launches the machines other than the main one). DeepSpeed comes from `deepspeed`
 (a ds_config JSON): accelerate's DeepSpeed launcher starts the processes and transformers sets DeepSpeed up inside
 the child (tuneline.deepspeed_setup says what else it takes, on CPU too).
 """
@@ -45,37 +46,66 @@ def error_lines(tail: list[str]) -> list[str]:
     return tail[starts[-1]:] if starts else tail[-15:]
 
 
-def launch_command(config, config_path: Path | str, dataset_path: str | None = None) -> list[str]:
-    """`accelerate launch ... -m tuneline.train CONFIG [--dataset PATH]` for this config and machine."""
+def launch_command(config, config_path: Path | str, dataset_path: str | None = None,
+                   other_machine: bool = False) -> list[str]:
+    """`accelerate launch ... -m tuneline.train CONFIG [--dataset PATH]` for this config and machine.
+
+    Only the main machine (machine_rank 0) runs the flow; the others launch through tuneline.pipeline.node
+    (`other_machine`), so a flow started with another rank is refused before it builds or logs anything twice."""
+    if config.pipeline.machine_rank != 0 and not other_machine:
+        raise UserError(f"'machine_rank: {config.pipeline.machine_rank}': the flow (`tuneline train`) runs on the main "
+                        "machine only (machine_rank 0); start the others with `tuneline train-node CONFIG "
+                        "--machine-rank N`")
     dataset = ["--dataset", str(dataset_path)] if dataset_path else []
     return [*launcher(config), "-m", "tuneline.train", str(config_path), *dataset]
 
 
+DEFAULT_PORT = 29500  # accelerate's and torch's, where the machines meet unless main_process_port says otherwise
+
+
 def launcher(config) -> list[str]:
-    """`accelerate launch` with this config's processes and threads on this machine: what precedes `-m`."""
+    """`accelerate launch` with this config's processes and threads on this machine: what precedes `-m`.
+
+    `num_processes` counts one machine's processes; accelerate's `--num_processes` is the total over
+    `num_machines` (it starts total / machines on each)."""
     gpus = gpu_count()
+    pipe = config.pipeline
     use_cpu = not gpus or bool(config.training.get("use_cpu"))
-    processes = config.pipeline.num_processes or (1 if use_cpu else gpus)
-    deepspeed = bool(config.training.get("deepspeed")) and not config.pipeline.accelerate_config
+    per_machine = pipe.num_processes or (1 if use_cpu else gpus)
+    processes = per_machine * pipe.num_machines
+    deepspeed = bool(config.training.get("deepspeed")) and not pipe.accelerate_config
     if deepspeed:
         cmd = launch_environment(use_cpu)
     else:  # accelerate starts N CPU processes (gloo) only with --multi_gpu and ACCELERATE_USE_CPU in its environment
         cmd = ["env", "ACCELERATE_USE_CPU=true"] if use_cpu else []
     cmd += ACCELERATE_LAUNCH
-    if config.pipeline.accelerate_config:
-        cmd += ["--config_file", str(config.pipeline.accelerate_config)]
-        if config.pipeline.num_processes:
+    if pipe.accelerate_config:
+        cmd += ["--config_file", str(pipe.accelerate_config)]
+        if pipe.num_processes:
             cmd += ["--num_processes", str(processes)]
+        cmd += machine_flags(pipe)
     else:
-        cmd += ["--num_machines", "1", "--num_processes", str(processes), "--mixed_precision", "no",
-                "--dynamo_backend", "no"]
-        if deepspeed:  # its launcher sets the rank variables DeepSpeed needs, one process too; on a free port, so
-            cmd += ["--use_deepspeed", "--main_process_port", "0"]  # that trainings side by side do not collide
-        elif processes > 1:
+        cmd += ["--num_processes", str(processes), "--mixed_precision", "no", "--dynamo_backend", "no"]
+        cmd += machine_flags(pipe) or ["--num_machines", "1"]
+        if deepspeed:  # its launcher sets the rank variables DeepSpeed needs, one process too; alone, on a free port
+            cmd += ["--use_deepspeed", *([] if pipe.num_machines > 1 else ["--main_process_port", "0"])]
+        elif processes > 1:  # (trainings side by side then do not collide)
             cmd += ["--multi_gpu"]
     if use_cpu:
-        cmd += ["--num_cpu_threads_per_process", str(cpu_threads_per_process(processes))]
+        cmd += ["--num_cpu_threads_per_process", str(cpu_threads_per_process(per_machine))]
     return cmd
+
+
+def machine_flags(pipe) -> list[str]:
+    """With several machines: their number, this one's rank, where they meet. Every machine runs its own launch
+    (torchrun's static rendezvous at main_process_ip:port), DeepSpeed too ('standard' launcher: no ssh, no
+    hostfile). None for one machine: an accelerate_config's own values then stand."""
+    if pipe.num_machines <= 1:
+        return []
+    return ["--num_machines", str(pipe.num_machines), "--machine_rank", str(pipe.machine_rank),
+            "--main_process_ip", str(pipe.main_process_ip),
+            "--main_process_port", str(pipe.main_process_port or DEFAULT_PORT),
+            "--deepspeed_multinode_launcher", "standard"]
 
 
 def cpu_threads_per_process(processes: int) -> int:
