@@ -7,8 +7,10 @@ marker holding its small reference. A folder without the marker is never trusted
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -16,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 MARKER = "COMPLETE"
+DAMAGED = ".damaged-"  # `<step>/.damaged-<key>-<time>`: an entry that no longer reads, set aside
+
+log = logging.getLogger(__name__)
 
 
 def entry_dir(cache_dir: str | Path, step: str, key: str) -> Path:
@@ -51,6 +56,16 @@ def writing(final: str | Path):
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
+
+
+def set_aside_damaged(path: str | Path, why: str) -> Path:
+    """Move a complete-marked entry that no longer reads (truncated by a full disk, a cut copy) to a sibling
+    `.damaged-<name>-<time>` folder by one rename, with a warning naming it: never loaded, never deleted."""
+    path = Path(path)
+    aside = path.with_name(f"{DAMAGED}{path.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}")
+    os.replace(path, aside)
+    log.warning("cache entry '%s' is damaged (%s): moved to '%s'; it will be built again", path, why, aside)
+    return aside
 
 
 def cached_step(cache_dir: str | Path, step: str, key: str, build: Callable[[Path], dict[str, Any]],

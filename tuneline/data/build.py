@@ -24,7 +24,7 @@ from tuneline.data.processors import CHECK_COLUMNS, TRUNCATED, Encoder
 from tuneline.data.readers import BadRow
 from tuneline.errors import DataError
 from tuneline.fingerprint import fingerprint
-from tuneline.step_cache import cached_step, read_reference
+from tuneline.step_cache import cached_step, entry_dir, is_complete, read_reference, set_aside_damaged
 
 STEP = "build-dataset"
 INPUTS_FILE = "fingerprint_inputs.json"
@@ -38,11 +38,41 @@ def build_dataset(config: RunConfig) -> dict[str, Any]:
     key = fingerprint(inputs)
     location = config.data.tokenized_path
     refresh = config.data.overwrite_cache or config.pipeline.refresh_cache
+    if not refresh:
+        usable_entry(location or entry_dir(config.pipeline.pipeline_cache_dir, STEP, key))
     if location and not refresh:
         check_tokenized_path(Path(location), key, inputs)
     ref = cached_step(config.pipeline.pipeline_cache_dir, STEP, key, lambda folder: _build(config, folder, inputs),
                       refresh=refresh, location=location)
     return {k: ref.get(k) for k in REF_KEYS}
+
+
+def damaged_file(location: Path) -> str | None:
+    """Why a complete-marked dataset entry would not load (naming its first unreadable file), or None."""
+    from datasets import Dataset, load_from_disk
+
+    for path in sorted(location.rglob("*.arrow")):
+        try:
+            Dataset.from_file(str(path))
+        except (OSError, ValueError) as err:
+            return f"{path.relative_to(location)} does not read: {err}"
+    try:
+        load_from_disk(str(location))
+    except (OSError, ValueError, KeyError) as err:
+        return f"it does not load: {err}"
+    return None
+
+
+def usable_entry(location: str | Path) -> bool:
+    """True when `location` holds a complete entry that loads; a complete one that does not is set aside."""
+    location = Path(location)
+    if not is_complete(location):
+        return False
+    why = damaged_file(location)
+    if why is None:
+        return True
+    set_aside_damaged(location, why)
+    return False
 
 
 def check_tokenized_path(location: Path, key: str, inputs: dict[str, Any]) -> None:

@@ -25,8 +25,10 @@ def inspect_tokenizer(config: RunConfig) -> dict:
 
 
 def dataset_complete(config: RunConfig, key: str) -> bool:
+    from tuneline.data.build import usable_entry
+
     location = config.data.tokenized_path or entry_dir(config.pipeline.pipeline_cache_dir, "build-dataset", key)
-    return is_complete(location)
+    return usable_entry(location)  # a damaged entry is set aside here, so Prefect's record is not trusted
 
 
 def reference_complete(config: RunConfig, key: str) -> bool:

@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -203,16 +204,41 @@ def replace_old_run(root: Path, discard: bool, why: str) -> str | None:
     return f"output_dir '{root}': {why}; its files were moved to '{aside}' (delete that folder when no longer needed)"
 
 
-def _resumable_checkpoint(root: Path) -> Path | None:
-    """The last complete checkpoint whose trainer state reads; one that does not is set aside, never loaded."""
-    for checkpoint in reversed(complete_checkpoints(root)):
+def unreadable_file(checkpoint: Path) -> str | None:
+    """Why a checkpoint cannot be loaded (the name of its first file that does not read whole), or None.
+
+    A checkpoint published whole can still be damaged later (a full disk, a copy cut short): its trainer state
+    must parse, each safetensors file's header must cover the file exactly (safetensors.safe_open checks that), and
+    each torch file (optimizer, scheduler, RNG: zip archives) must end with its central directory."""
+    try:
+        json.loads((checkpoint / TRAINER_STATE).read_text())
+    except (OSError, ValueError):
+        return f"its {TRAINER_STATE} does not read"
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(checkpoint.rglob("*.safetensors")):
         try:
-            json.loads((checkpoint / TRAINER_STATE).read_text())
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (OSError, SafetensorError) as err:
+            return f"{path.relative_to(checkpoint)} does not read: {err}"
+    for path in sorted(checkpoint.rglob("*.pt")) + sorted(checkpoint.rglob("*.pth")):
+        try:
+            with zipfile.ZipFile(path):
+                pass
+        except (OSError, zipfile.BadZipFile) as err:
+            return f"{path.relative_to(checkpoint)} does not read: {err}"
+    return None
+
+
+def _resumable_checkpoint(root: Path) -> Path | None:
+    """The last complete checkpoint whose files read; one that does not is set aside, never loaded."""
+    for checkpoint in reversed(complete_checkpoints(root)):
+        why = unreadable_file(checkpoint)
+        if why is None:
             return checkpoint
-        except (OSError, ValueError):
-            aside = set_aside(root, [checkpoint])
-            log.warning("%s cannot be resumed (its %s does not read): moved to '%s'", checkpoint, TRAINER_STATE,
-                        aside)
+        aside = set_aside(root, [checkpoint])
+        log.warning("%s cannot be resumed (%s): moved to '%s'", checkpoint, why, aside)
     return None
 
 

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 from train_helpers import make_config
 
 from tuneline.errors import UserError
@@ -28,7 +30,7 @@ SETTINGS = {"max_steps": 4, "save_steps": 2, "logging_steps": 1, "max_samples": 
 
 def _fake_checkpoint(path: Path, state: str = "{}") -> None:
     path.mkdir(parents=True)
-    (path / "model.safetensors").write_bytes(b"x")
+    save_file({"weight": torch.zeros(2)}, str(path / "model.safetensors"))  # whole: resume reads its header
     (path / "trainer_state.json").write_text(state)
 
 
@@ -66,7 +68,7 @@ def test_a_change_of_the_maths_is_refused_then_set_aside_never_deleted(tiny_mode
     changed.training["overwrite_output_dir"] = True
     assert _start(changed, "exact-2", "resume-2") is None
     [aside] = _aside(out)
-    assert (aside / "checkpoint-3" / "model.safetensors").read_bytes() == b"x"
+    assert load_file(aside / "checkpoint-3" / "model.safetensors")["weight"].tolist() == [0.0, 0.0]
     assert json.loads((aside / "run.json").read_text())["train_key"] == "exact-1"
     assert not (out / "checkpoint-3").exists() and read_run_file(out)["train_key"] == "exact-2"
 
