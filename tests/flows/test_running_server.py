@@ -1,4 +1,4 @@
-"""Against a running `prefect server start`, as in production: a deployment served by `deployments/serve.py` runs
+"""Against a running `prefect server start`, as in production: a deployment served by `tuneline serve` runs
 the flow when triggered by `tuneline trigger` (and again, all cached, when triggered by `prefect deployment run`),
 and a run whose process is killed is marked Crashed by Prefect.
 
@@ -119,7 +119,7 @@ def client_env(url: str, root: Path, **extra: str) -> dict:
             "PREFECT_LOGGING_LEVEL": "INFO", **extra}
 
 
-def test_a_deployment_served_by_serve_py_runs_the_flow_and_a_second_run_is_all_cached(
+def test_a_deployment_served_by_tuneline_serve_runs_triggered_runs_and_a_second_is_all_cached(
         prefect_server, tmp_path, tiny_model_dir):
     """The config holds out no validation split, as LLaMA-Factory's examples do: the run trains and completes, and
     says everywhere that it was not evaluated."""
@@ -131,7 +131,7 @@ def test_a_deployment_served_by_serve_py_runs_the_flow_and_a_second_run_is_all_c
 
     env = client_env(prefect_server, tmp_path, PREFECT_RUNNER_POLL_FREQUENCY="1")
     with open(tmp_path / "serve.log", "wb") as log:
-        serving = subprocess.Popen([sys.executable, "deployments/serve.py", str(tmp_path / "prefect.yaml")],
+        serving = subprocess.Popen([str(BIN / "tuneline"), "serve", str(tmp_path / "prefect.yaml")],
                                    cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     try:
         deadline = time.monotonic() + 120
