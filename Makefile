@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test acceptance lint install clean chromium gpu-check
+.PHONY: demo test acceptance lint install clean chromium gpu-check chaos
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -55,6 +55,12 @@ acceptance: $(STAMP)
 gpu-check: $(STAMP)
 	$(BIN)/pip install -q --no-deps bitsandbytes || echo "bitsandbytes did not install: the QLoRA case is skipped"
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+
+# Fault suite: real flow processes killed (SIGKILL of the process group) at five points, a truncated checkpoint and
+# dataset cache entry, a full disk (a small tmpfs: needs root) during a checkpoint save; each rerun must finish
+# equal to an uninterrupted run. Prints a table; CHAOS_ARGS passes options (--cases, --workdir).
+chaos: $(STAMP)
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/chaos.py $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .tuneline demo_output mlflow.db mlruns

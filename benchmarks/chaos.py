@@ -1,0 +1,458 @@
+"""Fault suite (`make chaos`): kills, corrupts and fills the disk under real `python -m flows.finetune` processes,
+then reruns the same command and checks nothing was lost and the result is right. Prints a table: case,
+expected, observed, pass or fail.
+
+Each case runs in a folder of its own (Prefect home, pipeline cache, output_dir, MLflow store) so that cache
+records cannot leak between cases; a baseline run of the same config in another folder gives the metrics an
+interrupted run must reach. The flow is started in a new session and killed as a whole process group
+(os.killpg SIGKILL): the flow, its ephemeral Prefect server and the training child die together, as on a power
+cut or an OOM kill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tuneline.step_cache import DAMAGED
+from tuneline.train.checkpoints import STAGING_DIR
+from tuneline.train.output_dir import unreadable_file
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+STEPS = ("load-tokenizer", "build-dataset", "build-reference-model", "train", "evaluate", "plot", "model-card")
+# Both runs train the same steps from the same seed on the same CPU, but a resumed run restores the RNG and the
+# optimizer from the checkpoint and replays the data order by skipping batches; float sums may then associate
+# differently, so the comparison allows a few parts per million rather than demanding bit equality.
+LOSS_TOLERANCE = 1e-4
+
+
+@dataclass
+class Outcome:
+    case: str
+    expected: str
+    observed: str
+    passed: bool
+
+
+def tiny_config(root: Path, model_dir: Path, **changes) -> Path:
+    """The flow tests' tiny SFT LoRA config, with checkpoints every few steps and a held-out split."""
+    values = {
+        "model_name_or_path": str(model_dir), "stage": "sft", "finetuning_type": "lora", "lora_rank": 4,
+        "dataset": "demo_sft", "eval_dataset": "demo_sft_eval", "dataset_dir": str(REPO / "data"),
+        "template": "chatml", "cutoff_len": 64, "max_samples": 64, "output_dir": str(root / "out"),
+        "max_steps": 12, "save_steps": 3, "logging_steps": 1, "per_device_train_batch_size": 4, "seed": 7,
+        "pipeline_cache_dir": str(root / "cache"), "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}",
+        "mlflow_experiment": "chaos", "eval_max_samples": 4, "eval_max_new_tokens": 2, "run_name": "chaos",
+        **changes,
+    }
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def flow_env(root: Path, **extra: str) -> dict[str, str]:
+    """An isolated Prefect home (ephemeral server, results) per case, so cache records belong to that case."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    home = root / "prefect-home"
+    return {**env, "PREFECT_HOME": str(home), "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "results"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "INFO",
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180", **extra}  # a loaded machine starts slowly
+
+
+class Flow:
+    """`python -m flows.finetune CONFIG` in a new session, its output going to a log file."""
+
+    def __init__(self, config: Path, log: Path, env: dict[str, str]):
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in wait/kill
+        self.proc = subprocess.Popen([sys.executable, "-m", "flows.finetune", str(config)], cwd=REPO, env=env,
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill_tree(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self._log.close()
+
+    def wait(self, seconds: float) -> int:
+        try:
+            return self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.kill_tree()
+            return -9
+        finally:
+            self._log.close()
+
+    def wait_until(self, condition: Callable[[], bool], seconds: float) -> bool:
+        """Poll `condition` while the flow lives; False when the flow ended first or time ran out."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            if self.proc.poll() is not None:
+                return condition()
+            time.sleep(0.05)
+        return False
+
+
+def run_to_end(config: Path, root: Path, name: str, seconds: float = 600) -> tuple[int, str]:
+    flow = Flow(config, root / f"{name}.log", flow_env(root))
+    code = flow.wait(seconds)
+    return code, flow.output()
+
+
+def step_states(output: str) -> dict[str, list[str]]:
+    """Each step's final states from the flow's own lines ("Task run 'train sft-lora' - Finished in state Cached")."""
+    states: dict[str, list[str]] = {}
+    for name, state in re.findall(r"Task run '([a-z-]+)[^']*' - Finished in state (\w+)", output):
+        states.setdefault(name, []).append(state)
+    return states
+
+
+def finished_steps(output: str) -> list[str]:
+    """Steps whose every run finished (Completed or Cached) before the flow died."""
+    return [s for s in STEPS if s in (states := step_states(output))
+            and all(state in ("Completed", "Cached") for state in states[s])]
+
+
+def tracked(root: Path) -> tuple[int, dict[str, float], dict[int, float]]:
+    """(number of MLflow runs in the experiment, the last run's metrics, its per-step training loss)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("chaos")
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    if not runs:
+        return 0, {}, {}
+    losses = {m.step: m.value for m in client.get_metric_history(runs[0].info.run_id, "loss")}
+    return len(runs), dict(runs[0].data.metrics), losses
+
+
+def final_weights(out: Path) -> dict[str, object]:
+    from safetensors.torch import load_file
+
+    files = sorted(out.glob("*.safetensors"))
+    return {f"{f.name}:{k}": v for f in files for k, v in load_file(f).items()}
+
+
+def differences(root: Path, baseline: Path) -> list[str]:
+    """What differs from the uninterrupted run: the loss at every step, every final_eval_* metric, the weights.
+
+    HF's summary `train_loss` is left out: a resumed Trainer averages it over the steps of its own process only, so
+    it differs by design although every step's loss is the same."""
+    _, metrics, losses = tracked(root)
+    _, want, want_losses = tracked(baseline)
+    problems = []
+    if sorted(losses) != sorted(want_losses):
+        problems.append(f"loss logged at steps {sorted(losses)} vs {sorted(want_losses)}")
+    problems += [f"loss at step {k} {losses[k]} vs {v}" for k, v in want_losses.items()
+                 if k in losses and abs(losses[k] - v) > LOSS_TOLERANCE * max(1.0, abs(v))]
+    problems += [f"{k} {metrics.get(k)} vs {v}" for k, v in want.items() if k.startswith("final_eval_")
+                 and (metrics.get(k) is None or abs(metrics[k] - v) > LOSS_TOLERANCE * max(1.0, abs(v)))]
+    weights, want_weights = final_weights(root / "out"), final_weights(baseline / "out")
+    if sorted(weights) != sorted(want_weights):
+        problems.append("different weight tensors")
+    else:
+        worst = max((float((weights[k] - v).abs().max()) for k, v in want_weights.items()), default=0.0)
+        if worst > LOSS_TOLERANCE:
+            problems.append(f"weights differ by up to {worst:.2g}")
+    return problems
+
+
+class Suite:
+    def __init__(self, workdir: Path, model_dir: Path):
+        self.workdir = workdir
+        self.model_dir = model_dir
+        self._baselines: dict[str, Path] = {}
+
+    def folder(self, case: str) -> Path:
+        path = self.workdir / re.sub(r"[^a-z0-9]+", "-", case.split(" (")[0].lower()).strip("-")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def baseline(self, **changes) -> Path:
+        """The folder of an uninterrupted run of the config (memoised per config change)."""
+        tag = json.dumps(changes, sort_keys=True)
+        if tag not in self._baselines:
+            root = self.folder(f"baseline-{len(self._baselines)}")
+            code, output = run_to_end(tiny_config(root, self.model_dir, **changes), root, "run")
+            if code != 0:
+                raise RuntimeError(f"the baseline run failed:\n{output[-3000:]}")
+            self._baselines[tag] = root
+        return self._baselines[tag]
+
+    def kill_and_rerun(self, case: str, point: Callable[[Path], bool],
+                       hook: Callable[[Path], dict[str, str]] | None = None, **changes) -> Outcome:
+        """SIGKILL the flow's process group once `point(root)` holds, rerun the same command, check the result."""
+        expected = (f"rerun completes; loss per step, final eval metrics and weights = uninterrupted run (within "
+                    f"{LOSS_TOLERANCE:g}); steps finished before the kill Cached; 1 MLflow run")
+        baseline = self.baseline(**changes)
+        root = self.folder(case)
+        config = tiny_config(root, self.model_dir, **changes)
+        flow = Flow(config, root / "killed.log", flow_env(root, **(hook(root) if hook else {})))
+        reached = flow.wait_until(lambda: point(root), 300)
+        flow.kill_tree()
+        if not reached:
+            return Outcome(case, expected, "the kill point was never reached (flow ended first)", False)
+        before = finished_steps(flow.output())
+        code, output = run_to_end(config, root, "rerun")
+        if code != 0:
+            return Outcome(case, expected, f"rerun exited {code}: {output[-300:]!r}", False)
+        states = step_states(output)
+        recomputed = [s for s in before if set(states.get(s, [])) != {"Cached"}]
+        runs = tracked(root)[0]
+        problems = differences(root, baseline)
+        resumed = (json.loads((root / "out" / "run.json").read_text()).get("resumed_step")
+                   if (root / "out" / "run.json").is_file() else None)
+        observed = [f"killed after {', '.join(before) or 'no step'} finished",
+                    f"rerun exit 0, recomputed: {', '.join(recomputed) or 'none'}",
+                    f"train resumed at step {resumed}" if resumed else "train started at step 0",
+                    f"{runs} MLflow run(s)", "equal to uninterrupted" if not problems else "; ".join(problems)]
+        return Outcome(case, expected, "; ".join(observed), not problems and not recomputed and runs == 1)
+
+
+    def run_then_damage(self, case: str, damage: Callable[[Path], str], expect: str,
+                        check: Callable[[Path, str], list[str]], stop_at: Callable[[Path], bool] | None = None,
+                        rebuilt: tuple[str, ...] = (), **changes) -> Outcome:
+        """Run the flow (to its end, or killed at `stop_at`), damage a stored file, rerun: `check(root, output)`
+        lists what is wrong with the rerun besides its metrics, which must equal an uninterrupted run's, and
+        steps finished by the first run must be Cached (but those in `rebuilt`)."""
+        expected = (f"{expect}; no other finished step recomputed; rerun completes with loss per step, eval "
+                    "metrics and weights = uninterrupted run; 1 MLflow run")
+        baseline = self.baseline(**changes)
+        root = self.folder(case)
+        config = tiny_config(root, self.model_dir, **changes)
+        flow = Flow(config, root / "first.log", flow_env(root))
+        if stop_at is None:
+            flow.wait(600)
+        else:
+            flow.wait_until(lambda: stop_at(root), 300)
+            flow.kill_tree()
+        before = [step for step in finished_steps(flow.output()) if step not in rebuilt]
+        damaged = damage(root)
+        code, output = run_to_end(config, root, "rerun")
+        if code != 0:
+            return Outcome(case, expected, f"truncated {damaged}; rerun exited {code}: {output[-300:]!r}", False)
+        states = step_states(output)
+        problems = [f"{step} recomputed" for step in before if set(states.get(step, [])) != {"Cached"}]
+        problems += check(root, output) + differences(root, baseline)
+        if (runs := tracked(root)[0]) != 1:
+            problems.append(f"{runs} MLflow runs")
+        return Outcome(case, expected, f"truncated {damaged}; rerun exit 0; " + (
+            "; ".join(problems) if problems else "all as expected"), not problems)
+
+
+    def disk_full(self, case: str) -> Outcome:
+        """output_dir on a small tmpfs; once a checkpoint is saved the rest of it is filled, so the next save
+        meets ENOSPC (a real full disk, not a simulated error). Then the filler is removed and the command rerun."""
+        expected = ("a clear error naming the full disk; the previous checkpoint intact; once space is freed the "
+                    "rerun resumes and equals an uninterrupted run")
+        baseline = self.baseline()
+        root = self.folder("disk-full")
+        out = root / "out"
+        out.mkdir(exist_ok=True)
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(out)], capture_output=True,
+                                 text=True)
+        if mounted.returncode != 0:
+            return Outcome(case, expected, f"not run: no size-limited folder here ({mounted.stderr.strip()})", False)
+        try:
+            config = tiny_config(root, self.model_dir)
+            flow = Flow(config, root / "first.log", flow_env(root))
+            flow.wait_until(lambda: has_checkpoint(root), 300)
+            filler = out / "filler"
+            with open(filler, "wb") as f:
+                try:
+                    while True:
+                        f.write(b"\0" * 4096)
+                        f.flush()
+                except OSError:
+                    pass
+            code = flow.wait(300)
+            output = flow.output()
+            kept = checkpoints(out)
+            intact = bool(kept) and unreadable_file(kept[-1]) is None
+            clear = re.search(r"No space left on device|ENOSPC|disk is full", output)
+            filler.unlink()
+            code2, output2 = run_to_end(config, root, "rerun")
+            resumed = json.loads((out / "run.json").read_text()).get("resumed_step") if code2 == 0 else None
+            problems = differences(root, baseline) if code2 == 0 else [f"rerun exited {code2}: {output2[-300:]!r}"]
+        finally:
+            subprocess.run(["umount", "-l", str(out)], check=False)
+        error_line = next((line.strip() for line in output.splitlines() if clear and clear.group(0) in line), "")
+        observed = [f"first run exit {code}" + (f": {error_line[:160]!r}" if error_line else ", no ENOSPC message"),
+                    f"{kept[-1].name if kept else 'no checkpoint'} {'intact' if intact else 'DAMAGED or missing'}",
+                    f"rerun resumed at step {resumed}" if resumed else "rerun did not resume",
+                    "equal to uninterrupted" if not problems else "; ".join(problems)]
+        return Outcome(case, expected, "; ".join(observed),
+                       code != 0 and bool(clear) and intact and bool(resumed) and not problems)
+
+
+def truncate(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def checkpoints(out: Path) -> list[Path]:
+    return sorted((p for p in out.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
+                  key=lambda p: int(p.name.split("-")[1]))
+
+
+def damage_last_checkpoint(root: Path) -> str:
+    last = checkpoints(root / "out")[-1]
+    [weights] = last.glob("*.safetensors")
+    truncate(weights)
+    return f"{last.name}/{weights.name}"
+
+
+def check_checkpoint_set_aside(root: Path, output: str) -> list[str]:
+    problems = []
+    aside = sorted(root.glob("out.superseded-*"))
+    if not aside or not list(aside[-1].glob("checkpoint-*/*.safetensors")):
+        problems.append("the damaged checkpoint was not set aside")
+    if "adapter_model.safetensors does not read" not in output:
+        problems.append("no warning naming the damaged file in the rerun's output")
+    resumed = json.loads((root / "out" / "run.json").read_text()).get("resumed_step")
+    if not resumed:
+        problems.append("the rerun did not resume from the checkpoint before")
+    return problems
+
+
+def damage_dataset(root: Path) -> str:
+    [entry] = [p for p in entries(root, "build-dataset") if not p.name.startswith(".")]
+    [arrow] = (entry / "train").glob("*.arrow")
+    truncate(arrow)
+    return f"build-dataset/{entry.name[:8]}…/train/{arrow.name}"
+
+
+def check_dataset_rebuilt(root: Path, output: str) -> list[str]:
+    problems = []
+    if not any(p.name.startswith(DAMAGED) for p in entries(root, "build-dataset")):
+        problems.append("the damaged entry was not set aside")
+    if not re.search(r"cache entry '[^']*build-dataset[^']*' is damaged \(train/data-[^ ]*\.arrow does not read",
+                     output):
+        problems.append("no warning naming the damaged file in the rerun's output")
+    if set(step_states(output).get("build-dataset", [])) != {"Completed"}:
+        problems.append(f"build-dataset {step_states(output).get('build-dataset')} (expected rebuilt: Completed)")
+    return problems
+
+
+def has_checkpoint(root: Path) -> bool:
+    out = root / "out"
+    return out.is_dir() and any(p.name.startswith("checkpoint-") and (p / "trainer_state.json").is_file()
+                                for p in out.iterdir())
+
+
+def entries(root: Path, step: str) -> list[Path]:
+    folder = root / "cache" / step
+    return list(folder.iterdir()) if folder.is_dir() else []
+
+
+def writing(root: Path, step: str) -> bool:
+    """A step's cache entry is being written (its temporary `.tmp-` folder exists)."""
+    return any(p.name.startswith(".tmp-") for p in entries(root, step))
+
+
+# Test-only hook for the checkpoint-save case: a tiny model's checkpoint is written in milliseconds, too fast to
+# be caught from outside, so the training process (via this sitecustomize on PYTHONPATH) pauses before publishing
+# each staged checkpoint by renaming it into place. Nothing else changes: the kill lands between write and publish.
+SLOW_PUBLISH = """import os, time
+_replace = os.replace
+def _slow_replace(src, dst, *args, **kwargs):
+    if "/.partial/" in str(src):
+        time.sleep(2)
+    return _replace(src, dst, *args, **kwargs)
+os.replace = _slow_replace
+"""
+
+
+def slow_publish_env(root: Path) -> dict[str, str]:
+    hook = root / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(SLOW_PUBLISH)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))}
+
+
+def saving_checkpoint(root: Path) -> bool:
+    """A checkpoint is being written into the staging folder, after a first one was published."""
+    staging = root / "out" / STAGING_DIR
+    return has_checkpoint(root) and staging.is_dir() and any(staging.iterdir())
+
+
+DPO = {"stage": "dpo", "dataset": "demo_pref", "eval_dataset": "demo_pref_eval", "max_samples": 256,
+       "cutoff_len": 128, "max_steps": 6, "save_steps": 2}
+# tokenization long enough to be caught: more rows, longer rows
+BIG_DATA = {"max_samples": 2000, "cutoff_len": 256}
+CASES: dict[str, Callable[[Suite], Outcome]] = {
+    "kill mid-train": lambda s: s.kill_and_rerun("kill mid-train (after checkpoint-3)", has_checkpoint),
+    "kill during checkpoint save": lambda s: s.kill_and_rerun(
+        "kill during checkpoint save (publish slowed by a test-only hook)", saving_checkpoint, slow_publish_env),
+    "kill during evaluation": lambda s: s.kill_and_rerun("kill during evaluation",
+                                                         lambda root: bool(entries(root, "evaluate"))),
+    "kill during tokenization": lambda s: s.kill_and_rerun("kill during tokenization (build-dataset)",
+                                                           lambda root: writing(root, "build-dataset"), **BIG_DATA),
+    "kill during reference precompute": lambda s: s.kill_and_rerun(
+        "kill during reference precompute (dpo)", lambda root: writing(root, "build-reference-model"), **DPO),
+    "truncated checkpoint": lambda s: s.run_then_damage(
+        "truncated checkpoint (last checkpoint's safetensors cut in half)", damage_last_checkpoint,
+        "detected, set aside with a warning naming the file, the checkpoint before resumed; never loaded",
+        check_checkpoint_set_aside, stop_at=lambda root: len(checkpoints(root / "out")) >= 2),
+    "truncated dataset cache": lambda s: s.run_then_damage(
+        "truncated dataset cache (Arrow file of the built dataset cut in half)", damage_dataset,
+        "detected, set aside with a warning naming the file, rebuilt; never loaded", check_dataset_rebuilt,
+        rebuilt=("build-dataset",)),
+    "disk full during checkpoint save": lambda s: s.disk_full("disk full during checkpoint save (8 MiB tmpfs)"),
+}
+
+
+def print_table(outcomes: list[Outcome]) -> str:
+    rows = [("case", "expected", "observed", "result")] + [
+        (o.case, o.expected, o.observed, "pass" if o.passed else "FAIL") for o in outcomes]
+    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines.insert(1, "|---|---|---|---|")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="*", default=list(CASES), help=f"any of: {', '.join(CASES)}")
+    parser.add_argument("--workdir", help="where the cases' folders go (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-chaos-"))
+    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+
+    model_dir = workdir / "model"
+    if not (model_dir / "config.json").is_file():
+        build_tiny_model(model_dir, **TINY_PRESETS["test"])
+    suite = Suite(workdir, model_dir)
+    outcomes = []
+    for name in args.cases:
+        started = time.monotonic()
+        outcome = CASES[name](suite)
+        print(f"{name}: {'pass' if outcome.passed else 'FAIL'} ({time.monotonic() - started:.0f} s)", flush=True)
+        outcomes.append(outcome)
+    print(f"\nworking folder: {workdir}")
+    print_table(outcomes)
+    return 0 if all(o.passed for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
