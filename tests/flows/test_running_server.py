@@ -61,6 +61,16 @@ def prefect_server(tmp_path_factory):
     server.wait(timeout=30)
 
 
+def stop_process_group(process: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM, then SIGKILL what is left after `grace_s` (a worker may linger over its shutdown)."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
 def api(url: str, call):
     """`await call(client)` with a Prefect client of the server at `url`."""
     from prefect.client.orchestration import get_client
@@ -235,8 +245,7 @@ def test_a_second_worker_with_the_shared_cache_finds_every_step_done(prefect_ser
             finished = wait_for_final_state(prefect_server, started.id, 600)
             assert finished.state.is_completed(), (home / "worker.log").read_text()[-4000:]
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=60)
+            stop_process_group(process)
         assert str(started.id) in (home / "worker.log").read_text(), f"the {worker} worker ran it"
         states = task_states(prefect_server, started.id)
         assert set(states) == STEPS and all(set(s) == {expected} for s in states.values()), (worker, states)
