@@ -86,3 +86,15 @@ def hash_files(paths: list[str | Path], memo_dir: str | Path | None = None) -> d
             out[str(Path(path) / name) if Path(path).is_dir() else str(path)] = digest
     hasher.save()
     return out
+
+
+def sources_digest(root: str | Path, *parts: str) -> str:
+    """One hash of the Python sources under `root/part` (a module or a package) for each part: what makes a key
+    change when the code that produces a result is edited, without a version constant to remember to bump."""
+    root = Path(root)
+    hasher, files = FileHasher(), {}
+    for part in parts:
+        path = root / part
+        for source in [path] if path.is_file() else sorted(path.rglob("*.py")):
+            files[source.relative_to(root).as_posix()] = hasher.hash_file(source)
+    return fingerprint(files)

@@ -1,21 +1,22 @@
 """The content key of a processed dataset, computed in milliseconds and without heavy imports.
 
 Keyed by: every data file's content hash (memoised by size and mtime), the dataset_info entries used, the
-tokenizer's files, the template, the stage, every option that changes the encoded rows, and
-`PROCESSING_VERSION` (bump it whenever encoding code changes its output). Hub datasets are keyed by name,
-revision, subset and split.
+tokenizer's files, the template, the stage, every option that changes the encoded rows, and the sources of
+this package (reading, formatting, templates, encoding): editing them rebuilds the data. Hub datasets are keyed by
+name, revision, subset and split.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tuneline.config.run_config import RunConfig
 from tuneline.data.registry import DatasetAttr, dataset_attrs
-from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.fingerprint import FileHasher, fingerprint, memo_dir, sources_digest
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
-PROCESSING_VERSION = "3"
+PROCESSING_CODE = Path(__file__).resolve().parent  # tuneline/data: every module that shapes the rows
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
     "interleave_probs", "default_system", "tool_format", "preprocessing_batch_size", "on_bad_rows",
@@ -51,7 +52,7 @@ def fingerprint_inputs(config: RunConfig) -> dict[str, Any]:
     hasher.save()
     options = {key: getattr(data, key) for key in OPTION_KEYS}
     options.update(packing=config.effective_packing, seed=seed_of(config))
-    return {"version": PROCESSING_VERSION, "stage": config.stage, "tokenizer": tokenizer, "options": options,
+    return {"code": sources_digest(PROCESSING_CODE.parent, PROCESSING_CODE.name), "stage": config.stage, "tokenizer": tokenizer, "options": options,
             "datasets": datasets, "dataset_order": [list(config.dataset_names), list(config.eval_dataset_names)]}
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from tuneline import __version__
 from tuneline.config import RunConfig
 from tuneline.config.training_keys import PUBLISH_KEYS
-from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.fingerprint import fingerprint, memo_dir, sources_digest
 from tuneline.model.fingerprint import reward_model_fingerprint
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
@@ -32,13 +32,7 @@ EVAL_ONLY = {"eval_max_samples", "eval_max_new_tokens", "pipeline_cache_dir"}
 @functools.cache
 def code_version(*subpackages: str) -> str:
     """Hash of the library sources a step runs, so editing them invalidates that step's cache."""
-    hasher = FileHasher()
-    files = {}
-    for sub in subpackages:
-        root = PACKAGE_ROOT / sub
-        paths = [root] if root.is_file() else sorted(root.rglob("*.py"))
-        files.update({str(p.relative_to(PACKAGE_ROOT)): hasher.hash_file(p) for p in paths})
-    return fingerprint(__version__, files)
+    return fingerprint(__version__, sources_digest(PACKAGE_ROOT, *subpackages))
 
 
 def tokenizer_key(config: RunConfig) -> str:

@@ -56,11 +56,17 @@ def test_every_option_changes_the_fingerprint(data_dir, make_config, change):
     assert dataset_fingerprint(make_config(**base)) != dataset_fingerprint(make_config(**{**base, **change}))
 
 
-def test_processing_version_changes_the_fingerprint(data_dir, make_config, monkeypatch):
+def test_editing_the_data_processing_code_changes_the_fingerprint(data_dir, make_config, monkeypatch, tmp_path):
+    """No version constant to bump: the key reads the package's sources (here a copy of them, edited)."""
     from tuneline.data import cache_key
 
+    code = tmp_path / "code" / "data"
+    shutil.copytree(cache_key.PROCESSING_CODE, code, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache_key, "PROCESSING_CODE", code)
     before = dataset_fingerprint(make_config(dataset="a"))
-    monkeypatch.setattr(cache_key, "PROCESSING_VERSION", cache_key.PROCESSING_VERSION + "-next")
+    assert dataset_fingerprint(make_config(dataset="a")) == before, "same code, same key"
+    encoder = next(code.rglob("*.py"))
+    encoder.write_text(encoder.read_text() + "\n# a change to how rows are encoded\n")
     assert dataset_fingerprint(make_config(dataset="a")) != before
 
 
