@@ -14,6 +14,7 @@ launching process dies). Exit code 2 with a one-line `tuneline: error:` message 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -114,6 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(ERROR_PREFIX + str(err).replace("\n", "\n  "), file=sys.stderr, flush=True)
         return err.exit_code
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {err.filename}" if err.filename else ""
+        print(f"{ERROR_PREFIX}no space left on the device{where} ({err.strerror}): free space and run the same "
+              "command again; it resumes from the last complete checkpoint, which a failed save leaves intact",
+              file=sys.stderr, flush=True)
+        return UserError.exit_code
     return 0
 
 
