@@ -38,12 +38,14 @@ def fake_checkpoint():
     """`write(folder, step)`: `folder/checkpoint-<step>` as a LoRA training leaves one (random adapter weights and
     trainer_state.json), for tests of logging, pruning and restoring checkpoints without training."""
     import json
-    import os
 
     def write(folder: Path, step: int) -> Path:
+        import torch
+        from safetensors.torch import save_file
+
         ckpt = folder / f"checkpoint-{step}"
         ckpt.mkdir(parents=True)
-        (ckpt / "adapter_model.safetensors").write_bytes(os.urandom(64))
+        save_file({"lora_A": torch.randn(4, 8), "lora_B": torch.randn(8, 4)}, str(ckpt / "adapter_model.safetensors"))
         (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
         return ckpt
 

@@ -33,8 +33,12 @@ def test_checkpoints_rotate_and_hold_everything_to_resume(tiny_model_dir, tokeni
 
 
 def _fake_checkpoint(path, complete=True):
+    """A checkpoint folder with a real (tiny) safetensors file: one that does not read is set aside, not resumed."""
+    import torch
+    from safetensors.torch import save_file
+
     path.mkdir(parents=True)
-    (path / "model.safetensors").write_bytes(b"x")
+    save_file({"weight": torch.zeros(2, 2)}, str(path / "model.safetensors"))
     if complete:
         (path / "trainer_state.json").write_text("{}")
 

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from train_helpers import REPO_ROOT, write_config
@@ -41,20 +42,28 @@ def test_two_machines_train_one_model_and_only_the_main_one_saves_and_logs(tiny_
     # The other machine starts first and waits for the main one's dataset. Its output_dir differs only here, so that
     # what rank 1 writes shows (on real machines it is the same shared folder). Its shell has the main run's
     # MLflow variables, as a user's might: it must still log nothing.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run_id}
-    node = subprocess.Popen([sys.executable, "-m", "flows.cli", "train-node", str(cfg), f"output_dir={node_dir}",
-                             "--machine-rank", "1", "--wait", "120"], cwd=REPO_ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run_id,
+           "PYTHONUNBUFFERED": "1"}
+    node_log = tmp_path / "node.log"
+    with open(node_log, "w") as out:
+        node = subprocess.Popen([sys.executable, "-m", "flows.cli", "train-node", str(cfg), f"output_dir={node_dir}",
+                                 "--machine-rank", "1", "--wait", "120"], cwd=REPO_ROOT, env=env, text=True,
+                                stdout=out, stderr=subprocess.STDOUT)
     try:
+        deadline = time.monotonic() + 120
+        while "waiting for the main machine's flow" not in node_log.read_text():  # it is there before the data
+            assert node.poll() is None and time.monotonic() < deadline, node_log.read_text()[-3000:]
+            time.sleep(0.2)
         config = load_config(cfg)
         dataset = build_dataset(config)
         reference = {"needed": False, "fingerprint": keys.reference_key(config, dataset["fingerprint"])}
         key = keys.train_key(config, dataset["fingerprint"], reference["fingerprint"])
         lines: list[str] = []
         result = train_model(config, dataset, reference, key, run_id, uri, on_line=lines.append)
-        node_output, _ = node.communicate(timeout=120)
+        node.wait(timeout=120)
     finally:
         node.kill()
+    node_output = node_log.read_text()
     assert node.returncode == 0, node_output[-3000:]
     assert "waiting for the main machine's flow to build build-dataset" in node_output
     assert "machine 1 of 2: joining 127.0.0.1" in node_output
