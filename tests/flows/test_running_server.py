@@ -12,7 +12,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,13 @@ from uuid import UUID
 
 import pytest
 import yaml
+from ports import free_port
 from test_finetune_flow import REPO, STEPS
 
 from tuneline.training_contract import die_with_parent
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from tuneline import tracking
 from tuneline.errors import UserError
 from tuneline.tracking.step_logger import SPOOL_NAME, spooled_count
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MlflowServer:

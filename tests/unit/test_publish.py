@@ -9,11 +9,11 @@ tests/flows/test_publish_flow.py.
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
 from hub_standin import HubStandIn
+from ports import free_port
 
 from tuneline.config import load_config
 from tuneline.errors import ConfigError, UserError
@@ -83,12 +83,6 @@ def test_without_push_to_hub_nothing_is_sent(hub, tmp_path):
     out, card = trained_output(tmp_path)
     assert publish_model(config(out), out, card, run=None) is None
     assert hub.authorizations == []
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_refused_token_or_an_unreachable_hub_is_one_user_error_naming_the_repo_and_the_endpoint(hub, tmp_path,

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from test_chat import greedy_answer
 from test_export import make_adapter
 
@@ -99,12 +99,6 @@ def test_the_registered_files_still_load_as_the_trainers_output(registered, tiny
 
     version = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version(NAME, "1")
     assert version.tags["tuneline.base_model"] == str(Path(tiny_model_dir).resolve()), "the adapter's base"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_mlflow_models_serve_answers_a_generation_request(registered, tiny_model_dir, tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from tuneline import tracking
 from tuneline.errors import UserError
@@ -26,12 +26,6 @@ def client(uri: str):
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- where the store is ------------------------------------------------------------------------------------

@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from ports import free_port
 from train_helpers import REPO_ROOT, write_config
 
 pytestmark = pytest.mark.slow
 SETTINGS = {"per_device_train_batch_size": 2, "max_steps": 3, "save_steps": 2, "max_samples": 32, "cutoff_len": 64,
             "num_machines": 2, "main_process_ip": "127.0.0.1", "num_processes": 1}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_two_machines_train_one_model_and_only_the_main_one_saves_and_logs(tiny_model_dir, tmp_path,
