@@ -3,7 +3,7 @@
 Keyed by: every data file's content hash (memoised by size and mtime), the dataset_info entries used, the
 tokenizer's files, the template, the stage, every option that changes the encoded rows, and the sources of
 this package (reading, formatting, templates, encoding): editing them rebuilds the data. Hub datasets are keyed by
-name, revision, subset and split.
+name, the commit their revision resolves to (tuneline/hub_revision.py: a moved `main` rebuilds), subset and split.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.config.run_config import RunConfig
-from tuneline.data.registry import DatasetAttr, dataset_attrs
+from tuneline.data.registry import INFO_FILE, DatasetAttr, dataset_attrs
+from tuneline.errors import DataError
 from tuneline.fingerprint import FileHasher, fingerprint, memo_dir, sources_digest
+from tuneline.hub_revision import HubNaming, resolve_revision
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
 PROCESSING_CODE = Path(__file__).resolve().parent  # tuneline/data: every module that shapes the rows
@@ -32,10 +34,11 @@ def seed_of(config: RunConfig) -> int:
 def _source_key(attr: DatasetAttr, dataset_dir: str, hasher: FileHasher) -> dict[str, Any]:
     path = attr.path(dataset_dir)
     if attr.source == "hf_hub" and not path.exists():
-        return {"hub": attr.location, "revision": attr.revision, "subset": attr.subset, "split": attr.split}
+        naming = HubNaming(f"dataset '{attr.name}' ('hf_hub_url: {attr.location}' in {INFO_FILE})",
+                           f"its 'revision' in {INFO_FILE}", "HF_TOKEN or `hf auth login`", DataError)
+        commit = resolve_revision(attr.location, attr.revision, repo_type="dataset", naming=naming)
+        return {"hub": attr.location, "revision": commit, "subset": attr.subset, "split": attr.split}
     if not path.exists():
-        from tuneline.errors import DataError
-
         raise DataError(f"dataset '{attr.name}': file '{path}' does not exist")
     return {"files": hasher.hash_tree(path)}
 

@@ -1,8 +1,9 @@
 """The model's content fingerprint: what `train` and `evaluate` cache keys say about the model. No torch here.
 
 Local weights are hashed by content (memoised by path, size and mtime, so a 15 GB model is read once); a hub id
-stands for itself at its revision. Only top-level files count: a trained output_dir's checkpoint-*/ folders and
-logs do not change the model it holds.
+stands for itself at the commit its revision resolves to (tuneline/hub_revision.py), so a moved `main` is a new
+model. Only top-level files count: a trained output_dir's checkpoint-*/ folders and logs do not change the model
+it holds.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config import RunConfig
+from tuneline.config.args import ModelArgs
 from tuneline.config.run_config import split_names
 from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.hub_revision import model_commit
 
 WEIGHT_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json", "*.bin", "*.bin.index.json")
 REMOTE_CODE_PATTERNS = ("*.py",)
@@ -35,10 +38,12 @@ def _local_files(root: Path, patterns: tuple[str, ...]) -> list[Path]:
                    if p.is_file() and p.name not in NOT_WEIGHTS})
 
 
-def _source_hash(path: str, patterns: tuple[str, ...], hasher: FileHasher, revision: str | None) -> object:
+def _source_hash(path: str, patterns: tuple[str, ...], hasher: FileHasher, key: str, margs: ModelArgs,
+                 revision: str | None = None) -> object:
+    """A local folder's files by content; a hub id at its resolved commit (`key` names where it came from)."""
     root = Path(path).expanduser()
     if not root.is_dir():
-        return ["hub", path, revision]
+        return ["hub", path, model_commit(margs, path, key, revision)]
     return {p.name: hasher.hash_file(p) for p in _local_files(root, patterns)}
 
 
@@ -52,9 +57,10 @@ def model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None, *, 
     margs = config.model
     hasher = FileHasher(memo_dir)
     patterns = WEIGHT_PATTERNS + (REMOTE_CODE_PATTERNS if margs.trust_remote_code else ())
-    base = _source_hash(str(margs.model_name_or_path), patterns, hasher, margs.model_revision)
+    base = _source_hash(str(margs.model_name_or_path), patterns, hasher, "model_name_or_path", margs,
+                        margs.model_revision)
     adapter_list = split_names(margs.adapter_name_or_path if adapters is None else adapters)
-    adapter_hashes = [_source_hash(a, ADAPTER_FILES, hasher, None) for a in adapter_list]
+    adapter_hashes = [_source_hash(a, ADAPTER_FILES, hasher, "adapter_name_or_path", margs) for a in adapter_list]
     hasher.save()
     keys = LOAD_KEYS + (FINETUNING_KEYS if include_finetuning else ())
     return fingerprint("model", base, adapter_hashes, config.slice(*keys))
@@ -67,7 +73,9 @@ def reward_model_fingerprint(config: RunConfig, memo_dir: str | Path | None = No
     if config.stage != "ppo":
         return None
     hasher = FileHasher(memo_dir)
-    sources = [name for name in [ft.reward_model, *split_names(ft.reward_model_adapters)] if name]
-    parts = [_source_hash(name, WEIGHT_PATTERNS + ADAPTER_FILES, hasher, None) for name in sources]
+    sources = [(key, name) for key, names in (("reward_model", [ft.reward_model]),
+                                              ("reward_model_adapters", split_names(ft.reward_model_adapters)))
+               for name in names if name]
+    parts = [_source_hash(name, WEIGHT_PATTERNS + ADAPTER_FILES, hasher, key, config.model) for key, name in sources]
     hasher.save()
     return fingerprint("reward-model", parts, ft.reward_model_type)

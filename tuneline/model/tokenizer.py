@@ -7,6 +7,7 @@ from pathlib import Path
 from tuneline.config.args import ModelArgs
 from tuneline.config.run_config import split_names
 from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.hub_revision import model_commit
 
 # Files that decide how text becomes ids; weights are deliberately not among them.
 TOKENIZER_FILES = (
@@ -38,10 +39,12 @@ def load_tokenizer(model_args: ModelArgs):
 
 
 def tokenizer_fingerprint(model_args: ModelArgs, memo_dir: str | Path | None = None) -> str:
-    """Hash of the tokenizer's own files for a local model; name and revision for a hub id."""
+    """Hash of the tokenizer's own files for a local model; name and resolved commit for a hub id (a moved `main`
+    may hold another tokenizer)."""
     root = Path(str(model_args.model_name_or_path)).expanduser()
     if not root.is_dir():
-        return fingerprint("hub", model_args.model_name_or_path, model_args.model_revision)
+        name = str(model_args.model_name_or_path)
+        return fingerprint("hub", name, model_commit(model_args, name, "model_name_or_path", model_args.model_revision))
     hasher = FileHasher(memo_dir)
     files = {name: hasher.hash_file(root / name) for name in TOKENIZER_FILES if (root / name).is_file()}
     hasher.save()

@@ -52,12 +52,6 @@ def test_ppo_train_key_follows_the_reward_model_content(make_config, tiny_model_
     assert train_key(config, "data", "ref") != key
 
 
-def test_hub_ids_stand_for_themselves_at_their_revision(make_config):
-    main = model_fingerprint(make_config(model_name_or_path="org/some-model"))
-    assert main == model_fingerprint(make_config(model_name_or_path="org/some-model"))
-    assert main != model_fingerprint(make_config(model_name_or_path="org/some-model", model_revision="v2"))
-
-
 def test_fingerprinting_does_not_import_torch(tiny_model_dir):
     code = ("import sys; from tuneline.config import load_config; from tuneline.model import model_fingerprint; "
             f"model_fingerprint(load_config(None, {{'model_name_or_path': '{tiny_model_dir}', 'dataset': 'x'}}, "
