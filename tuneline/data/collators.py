@@ -4,6 +4,11 @@ Pad values by column: `*input_ids` -> the tokenizer's pad id, `*attention_mask` 
 Columns padded together share one length (chosen and rejected, so a trainer can concatenate them). PPO
 prompts are padded on the left, for generation. A packed sft batch (rows carrying `position_ids`) is
 collated without `attention_mask` and with `use_cache=False`: see `tuneline.data.packing` for why.
+
+`flatten` (sft training on CPU): the batch's examples go end to end into one row, isolated as a packed row's
+are (position resets, no mask, each example's first label -100), so no layer computes a padding position. The
+loss is the padded batch's: the same label tokens, each predicted from its own example's prefix, and the
+trainer's token count (`labels[..., 1:]`) is unchanged, since a row's first label never counts.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class Collator:
     stage: str
     pad_token_id: int
     pad_to_multiple_of: int | None = None
+    flatten: bool = False
 
     def target_length(self, longest: int) -> int:
         m = self.pad_to_multiple_of
@@ -45,6 +51,8 @@ class Collator:
     def __call__(self, features: list[dict]) -> dict:
         import torch
 
+        if self.flatten and "position_ids" not in features[0]:
+            return self.flattened(features)
         batch: dict = {}
         left = self.stage in LEFT_PADDED
         for group in STAGE_GROUPS[self.stage]:
@@ -67,9 +75,23 @@ class Collator:
         return batch
 
 
-def build_collator(stage: str, tokenizer, pad_to_multiple_of: int | None = None) -> Collator:
+    def flattened(self, features: list[dict]) -> dict:
+        import torch
+
+        input_ids, labels, positions = [], [], []
+        for f in features:
+            input_ids += f["input_ids"]
+            labels += [IGNORE, *f["labels"][1:]]
+            positions += range(len(f["input_ids"]))
+        return {"input_ids": torch.tensor([input_ids]), "labels": torch.tensor([labels]),
+                "position_ids": torch.tensor([positions]), "use_cache": False}
+
+
+def build_collator(stage: str, tokenizer, pad_to_multiple_of: int | None = None, flatten: bool = False) -> Collator:
     """The collator for a stage's processed columns (trainers use remove_unused_columns=False)."""
     if stage not in STAGE_GROUPS:
         raise ValueError(f"no collator for stage '{stage}'; stages: {sorted(STAGE_GROUPS)}")
+    if flatten and stage != "sft":
+        raise ValueError(f"flattened batches are built for sft only, not '{stage}'")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return Collator(stage, pad_id, pad_to_multiple_of)
+    return Collator(stage, pad_id, pad_to_multiple_of, flatten)

@@ -47,21 +47,28 @@ def compute_dtype(config: RunConfig, is_trainable: bool = True):
 
 
 def attention_kwargs(config: RunConfig, is_trainable: bool = False) -> dict:
-    """attn_implementation for from_pretrained; flash_attention_2 only where it can run; packed sft training on
-    CPU gets sdpa run per packed example (same results, see `tuneline.model.packed_attention`)."""
+    """attn_implementation for from_pretrained; flash_attention_2 only where it can run; sft training on CPU
+    (packed or flattened batches) gets sdpa run per example (same results, see `tuneline.model.packed_attention`)."""
     name = config.model.attn_implementation
     if name == "flash_attention_2" and (problem := flash_attention_problem(_cuda_available())):
         raise UserError(problem)
-    if name == "sdpa" and is_trainable and trains_packed_sft_on_cpu(config):
+    if name == "sdpa" and is_trainable and trains_sft_on_cpu(config):
         from tuneline.model.packed_attention import register_packed_sdpa
 
         name = register_packed_sdpa()
     return {"attn_implementation": name}
 
 
-def trains_packed_sft_on_cpu(config: RunConfig) -> bool:
-    """Packed sft on CPU, where sdpa's dense block-diagonal mask is slow (measured on CPU only, so GPUs keep it)."""
-    return config.stage == "sft" and config.effective_packing and trains_on_cpu(config)
+def trains_sft_on_cpu(config: RunConfig) -> bool:
+    """sft on CPU, whose batches are packed or flattened (`tuneline.data.collators`) rows, where sdpa's dense
+    block-diagonal mask is slow (measured on CPU only, so GPUs keep sdpa and padded batches)."""
+    return config.stage == "sft" and trains_on_cpu(config)
+
+
+def flattens_sft_batches(config: RunConfig) -> bool:
+    """Training batches end to end in one row: no compute on padding, for the attention that runs them per example."""
+    return (trains_sft_on_cpu(config) and not config.effective_packing
+            and config.model.attn_implementation == "sdpa")
 
 
 def trains_on_cpu(config: RunConfig) -> bool:

@@ -1,15 +1,21 @@
 """Supervised fine-tuning: causal LM loss over response tokens only (labels -100 never count), token accuracy
 when `compute_accuracy`, and generated answers scored by ROUGE/BLEU when `predict_with_generate`.
 
+A training step projects onto the vocabulary only the positions whose next token is a label (transformers'
+`logits_to_keep` mask and `shift_labels`): prompt and padding positions would be projected, then ignored by the
+loss. Same loss and gradients, less of the step's largest matmul and of its largest tensor (logits by vocabulary).
+
 Run: `python -m tuneline.train examples/sft_lora.yaml` (or through `accelerate launch`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 from tuneline.train.predict import predict_with_generate
-from tuneline.train.trainer_base import StageSpec, run_stage
+from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
 
 IGNORE_INDEX = -100
 
@@ -38,7 +44,30 @@ def sft_metrics(config, tokenizer):
     return None, None
 
 
-SPEC = StageSpec(name="sft", metrics=sft_metrics, after_train=predict_with_generate, perplexity=True)
+class SFTTrainer(TunelineTrainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if return_outputs or not self.projects_label_positions_only:  # evaluation keeps every position's logits
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        import torch
+
+        next_labels = inputs["labels"][:, 1:]
+        counted = next_labels != IGNORE_INDEX
+        inputs = {**inputs, "logits_to_keep": torch.nn.functional.pad(counted, (0, 1), value=False),
+                  "shift_labels": next_labels[counted]}
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    @functools.cached_property
+    def projects_label_positions_only(self) -> bool:
+        """Where the model's forward takes a `logits_to_keep` mask and the loss is the model's own."""
+        if self.label_smoother is not None or self.compute_loss_func is not None:
+            return False
+        model = self.accelerator.unwrap_model(self.model)
+        model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+SPEC = StageSpec(name="sft", trainer_class=SFTTrainer, metrics=sft_metrics, after_train=predict_with_generate,
+                 perplexity=True)
 
 
 def run(config, dataset_ref: dict, extra_callbacks: list | None = None) -> dict[str, Any]:

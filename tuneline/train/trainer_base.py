@@ -38,8 +38,9 @@ class TunelineTrainer(Trainer):
     """transformers' Trainer with checkpoints that are complete or absent, the custom optimizer hook, and what the
     finetuning keys need from the trainer (BAdam's callback and clipping, PiSSA's conversion at the final save)."""
 
-    def __init__(self, *args, finetuning_args=None, **kwargs):
+    def __init__(self, *args, finetuning_args=None, train_collator=None, **kwargs):
         self.finetuning_args = finetuning_args
+        self.train_collator = train_collator  # training batches only (flattened sft); evaluation keeps data_collator
         self._staging: str | None = None
         super().__init__(*args, **kwargs)
         if getattr(finetuning_args, "use_badam", False):
@@ -50,6 +51,15 @@ class TunelineTrainer(Trainer):
             from tuneline.model.pissa import PissaConvertCallback
 
             self.add_callback(PissaConvertCallback())
+
+    def get_train_dataloader(self):
+        if self.train_collator is None:
+            return super().get_train_dataloader()
+        eval_collator, self.data_collator = self.data_collator, self.train_collator
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = eval_collator
 
     def create_optimizer(self, model=None):
         if self.optimizer is None:
@@ -138,6 +148,8 @@ def split_of(datasets, name: str):
 
 def build_trainer(config, spec: StageSpec, model, tokenizer, datasets, collator, callbacks: list, args=None):
     """The stage's trainer over already-loaded pieces (tests build them by hand)."""
+    from tuneline.data import build_collator
+    from tuneline.model.precision import flattens_sft_batches
     from tuneline.train.training_args import build_training_args
 
     args = args or build_training_args(config)
@@ -156,7 +168,8 @@ def build_trainer(config, spec: StageSpec, model, tokenizer, datasets, collator,
     return spec.trainer_class(
         model=model, args=args, train_dataset=train, eval_dataset=evals, data_collator=collator,
         processing_class=tokenizer, callbacks=callbacks, compute_metrics=compute_metrics,
-        preprocess_logits_for_metrics=preprocess, finetuning_args=config.finetuning)
+        preprocess_logits_for_metrics=preprocess, finetuning_args=config.finetuning,
+        train_collator=build_collator(spec.name, tokenizer, flatten=True) if flattens_sft_batches(config) else None)
 
 
 def train_and_evaluate(trainer, config, spec: StageSpec, tokenizer) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """sdpa_packed: the same logits, loss and gradients as sdpa on packed batches, sdpa itself everywhere else, and
-chosen by load_model for packed sft training on CPU only."""
+chosen by load_model for sft training on CPU only (packed rows, or padded batches flattened into one row)."""
 
 from __future__ import annotations
 
@@ -101,13 +101,14 @@ def test_generation_with_a_kv_cache_runs_plain_sdpa(models, tokenizer):
     assert torch.equal(generated[PACKED_SDPA][1], generated["sdpa"][1])
 
 
-def test_packed_sft_training_on_cpu_loads_sdpa_packed(make_config, tokenizer, monkeypatch, tmp_path):
+def test_sft_training_on_cpu_loads_sdpa_packed(make_config, tokenizer, monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU machine, also on a GPU runner
     packed = make_config(packing=True, finetuning_type="full")
     model = load_model(packed, tokenizer)
     assert model.config._attn_implementation == PACKED_SDPA
     assert load_model(packed, tokenizer, is_trainable=False).config._attn_implementation == "sdpa"
-    assert load_model(make_config(), tokenizer).config._attn_implementation == "sdpa"  # not packed
+    assert load_model(make_config(), tokenizer).config._attn_implementation == PACKED_SDPA  # flattened batches
+    assert attention_kwargs(make_config(stage="dpo"), True) == {"attn_implementation": "sdpa"}
     assert attention_kwargs(make_config(packing=True, attn_implementation="eager"), True) == {
         "attn_implementation": "eager"}
     assert attention_kwargs(make_config(packing=True, stage="pt"), True) == {"attn_implementation": "sdpa"}

@@ -54,6 +54,36 @@ def test_sft_loss_counts_only_label_tokens(tiny_model_dir, tokenizer, tmp_path):
     assert abs(every_token - by_hand) > 1e-3  # the masked prompt tokens would have changed the loss
 
 
+@pytest.mark.parametrize("finetuning_type", ["lora", "full"])
+def test_sft_training_projects_only_label_positions_with_the_same_loss_and_gradients(tiny_model_dir, tokenizer,
+                                                                                   tmp_path, finetuning_type):
+    import torch
+
+    config = make_config(tiny_model_dir, tmp_path / "out", max_steps=1, finetuning_type=finetuning_type)
+    trainer, _ = build(config, "sft", tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    projected = []
+    hook = trainer.model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: projected.append(args[0].shape[:-1].numel()))
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+
+    def loss_and_grads(compute):
+        trainer.model.zero_grad()
+        loss = compute()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in trainable]
+
+    items = (batch["labels"][:, 1:] != IGNORE).sum()
+    try:
+        fast = loss_and_grads(lambda: trainer.compute_loss(trainer.model, dict(batch), num_items_in_batch=items))
+        full = loss_and_grads(lambda: trainer.model(**batch, num_items_in_batch=items).loss)
+    finally:
+        hook.remove()
+    assert projected == [items, batch["input_ids"].numel()]  # label positions only, then every position
+    assert torch.allclose(fast[0], full[0], rtol=1e-5)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-7) for a, b in zip(fast[1], full[1], strict=True))
+
+
 @pytest.mark.slow
 def test_sft_full_trains_and_reports_accuracy_and_predictions(tiny_model_dir, tokenizer, tmp_path):
     out = tmp_path / "out"
@@ -142,6 +172,33 @@ def test_training_checkpoints_by_default_and_the_loss_is_the_same_without(tiny_m
     off_calls, off_losses = train("off", disable_gradient_checkpointing=True)
     assert (on_calls, off_calls) == (2 * 3, 3)  # forward plus recompute, per step of one batch
     assert on_losses == pytest.approx(off_losses, rel=1e-6) and len(on_losses) == 3
+
+
+def test_sft_on_cpu_trains_on_flattened_batches_with_the_padded_batches_losses(tiny_model_dir, tokenizer, tmp_path,
+                                                                               monkeypatch):
+    """On CPU a training batch goes end to end in one row, so no layer computes a padding position; the losses are
+    the padded batches' (eager attention keeps padded batches), and evaluation batches stay padded."""
+    import torch
+    from transformers import set_seed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU machine, also on a GPU runner
+
+    def train(name, **keys):
+        set_seed(7)
+        config = make_config(tiny_model_dir, tmp_path / name, max_steps=3, **keys)
+        trainer, _ = build(config, "sft", tokenizer)
+        batches = (next(iter(trainer.get_train_dataloader())), next(iter(trainer.get_eval_dataloader())))
+        set_seed(7)
+        trainer.train()
+        return batches, logged(tmp_path / name)
+
+    (flat, flat_eval), flat_losses = train("flat")
+    (padded, padded_eval), padded_losses = train("padded", attn_implementation="eager")
+    assert flat["input_ids"].shape[0] == 1 and "attention_mask" not in flat and padded["input_ids"].shape[0] == 4
+    assert flat["input_ids"].numel() == padded["attention_mask"].sum() < padded["attention_mask"].numel()
+    assert (flat["labels"] != IGNORE).sum() == (padded["labels"][:, 1:] != IGNORE).sum()
+    assert "attention_mask" in flat_eval and flat_eval["input_ids"].shape == padded_eval["input_ids"].shape
+    assert flat_losses == pytest.approx(padded_losses, rel=1e-4) and len(flat_losses) == 3
 
 
 def test_group_by_length_samples_pairs_by_their_longer_side(tiny_model_dir, tokenizer, tmp_path):
