@@ -234,7 +234,8 @@ def assert_same_weights(left: Path, right: Path) -> None:
 
 @pytest.mark.slow
 def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefect_api, workdir):
-    """Kill the whole flow process group mid-training; the same command must finish it as if never killed."""
+    """Kill the whole flow process group mid-training; the same command, with only `logging_steps` raised, must
+    finish it as if never killed, in the same MLflow run, which records the change."""
     import os
     import signal
     import subprocess
@@ -253,8 +254,9 @@ def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefe
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (killed_dir / "TRAIN_COMPLETE.json").exists()
+    killed_run_id = json.loads((killed_dir / "run.json").read_text())["mlflow_run_id"]
 
-    resumed, states = run_flow(config_path, overrides)
+    resumed, states = run_flow(config_path, [*overrides, "logging_steps=5"])  # the workdir's config logs every 2
     for name in ("load-tokenizer", "build-dataset", "build-reference-model"):
         assert states[name] == ["Cached"], (name, states)
     assert states["train"] == ["Completed"]
@@ -273,10 +275,14 @@ def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefe
     assert_same_weights(retry_dir, whole_dir)
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-    run_key = client.get_run(resumed["mlflow_run_id"]).data.tags["tuneline.run_key"]
-    experiment = client.get_experiment_by_name("flow-test").experiment_id
-    runs = client.search_runs([experiment], filter_string=f"tags.`tuneline.run_key` = '{run_key}'")
-    assert len(runs) == 1, "the killed start and the resume share one MLflow run"
-    assert len(runs[0].data.tags["tuneline.flow_run_ids"].split(",")) == 2
-    steps = [m.step for m in client.get_metric_history(resumed["mlflow_run_id"], "loss")]
-    assert steps == list(range(2, 31, 2)), "every logged step once, also across the kill"
+    assert resumed["mlflow_run_id"] == killed_run_id, "the killed start and the resume share one MLflow run"
+    run = client.get_run(killed_run_id)
+    assert len(run.data.tags["tuneline.flow_run_ids"].split(",")) == 2
+    first, newest = run.data.params["logging_steps"], run.data.tags["tuneline.resumed_with.logging_steps"]
+    assert (float(first), float(newest)) == (2, 5), "the param keeps the first value, a tag holds the new one"
+    assert run.data.tags["tuneline.resume_changes"] == "logging_steps"
+    assert whole["mlflow_run_id"] != killed_run_id, "a finished run never stands for other work (its logging)"
+    steps = sorted(m.step for m in client.get_metric_history(killed_run_id, "loss"))
+    assert len(steps) == len(set(steps)), "every logged step once, also across the kill"
+    # every 2nd step up to the checkpoint (and those logged before the kill came), then every 5th
+    assert steps[:5] == [2, 4, 6, 8, 10] and set(steps[5:-4]) <= {12, 14} and steps[-4:] == [15, 20, 25, 30]

@@ -143,6 +143,10 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
                                        "create_new_adapter": False})
     with pytest.raises(ConfigError, match="no finished run of this config"):
         export_model(other)
+    from tuneline.pipeline.record import logged_model
+
+    # the same training with other logging: not the exact work the finished run did, so not its result
+    assert logged_model(_config(tiny_model_dir, **keys_, logging_steps=7), tmp_path / "scratch") is None
     merged = AutoModelForCausalLM.from_pretrained(export_model(config))
     assert (logits(merged, batch) - _reference_logits(tiny_model_dir, adapters, batch)).abs().max() < 1e-4
     record = json.loads((tmp_path / "merged" / "tuneline_export.json").read_text())

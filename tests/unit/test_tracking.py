@@ -124,6 +124,29 @@ def test_open_run_creates_reopens_and_renews_after_finish(uri, tmp_path):
     assert mlflow.active_run() is None
 
 
+def test_open_run_continues_a_training_across_work_keys_but_reuses_only_the_same_finished_work(uri):
+    """The run key names the training (what resumes), the work key the exact settings: an unfinished run continues
+    under another work key; a finished one is reopened (a cached rerun) or looked up only for its own work key."""
+    first = tracking.open_run(uri, "e", "training-1", "r", {}, work_key="logging-every-2")
+    resumed = tracking.open_run(uri, "e", "training-1", "r", {}, work_key="logging-every-5")
+    assert resumed == first  # killed, then rerun with other logging: the same run
+    assert client(uri).get_run(first).data.tags["tuneline.work_key"] == "logging-every-5"
+    assert tracking.finished_run_with_key(uri, "e", "logging-every-5") is None  # not finished yet
+
+    tracking.finish_run(first)
+    assert tracking.finished_run_with_key(uri, "e", "logging-every-5") == first
+    assert tracking.finished_run_with_key(uri, "e", "logging-every-2") is None  # not what the run finished as
+    cached_rerun = tracking.open_run(uri, "e", "training-1", "r", {}, reopen_finished=True, work_key="logging-every-5")
+    assert cached_rerun == first
+    tracking.finish_run(first)
+    other_work = tracking.open_run(uri, "e", "training-1", "r", {}, reopen_finished=True, work_key="logging-every-2")
+    assert other_work != first  # a finished run never stands for other work
+    assert client(uri).get_run(first).info.status == "FINISHED"
+    fresh = tracking.open_run(uri, "e", "training-1", "r", {}, reopen_finished=True, work_key="logging-every-2",
+                              fresh=True)  # --no-cache trains from step 0: never into a run holding steps
+    assert fresh not in (first, other_work)
+
+
 def test_tag_flow_run_appends_ids(uri):
     run_id = tracking.open_run(uri, "e", "k", "r", {})
     tracking.tag_flow_run(run_id, "flow-1", None)
@@ -158,7 +181,16 @@ def test_log_params_masks_secrets_and_tolerates_relogging(uri):
     assert changed == {"training.learning_rate": "0.0002"}
     run = client(uri).get_run(run_id)
     assert run.data.params["training.learning_rate"] == "0.0001"
-    assert run.data.tags["param_changed.training.learning_rate"] == "0.0002"
+    assert run.data.tags["tuneline.resumed_with.training.learning_rate"] == "0.0002"
+    assert run.data.tags["tuneline.resume_changes"] == "training.learning_rate"
+
+    config["training"]["learning_rate"] = 1e-4  # back to the first value, another key changed
+    config["training"]["max_new_tokens"] = 16
+    assert tracking.log_params(run_id, config) == {"training.max_new_tokens": "16"}
+    tags = client(uri).get_run(run_id).data.tags
+    assert tags["tuneline.resume_changes"] == "training.learning_rate,training.max_new_tokens"  # every change
+    assert tags["tuneline.resumed_with.training.learning_rate"] == "0.0001"  # what the newest start ran with
+    assert tags["tuneline.resumed_with.training.max_new_tokens"] == "16"
 
 
 # --- metrics -----------------------------------------------------------------------------------------------
@@ -335,6 +367,14 @@ def test_checkpoint_log_and_download_into_empty_dir(uri, tmp_path, fake_checkpoi
     keyed = tracking.download_latest_checkpoint(run_id, uri, tmp_path / "keyed", train_key="this-config")
     assert keyed == tmp_path / "keyed/checkpoint-10"  # checkpoint-10's marker names no key: accepted
     assert tracking.download_latest_checkpoint(run_id, uri, tmp_path / "any") == tmp_path / "any/checkpoint-16"
+    # a run resumed with other logging: another train key, the same resume key
+    tracking.log_checkpoint(run_id, fake_checkpoint(out, 18), train_key="logging-changed", resume_key="same-maths")
+    compatible = tracking.download_latest_checkpoint(run_id, uri, tmp_path / "compatible", train_key="this-config",
+                                                     resume_key="same-maths")
+    assert compatible == tmp_path / "compatible/checkpoint-18"
+    other_maths = tracking.download_latest_checkpoint(run_id, uri, tmp_path / "maths", train_key="this-config",
+                                                      resume_key="other-maths")
+    assert other_maths == tmp_path / "maths/checkpoint-10"
 
     start = time.monotonic()  # server gone during training: the checkpoint is skipped, training goes on
     down = f"http://127.0.0.1:{free_port()}"

@@ -95,5 +95,12 @@ def model_card_key(config: RunConfig, train_key: str, base_eval_fp: str, tuned_e
 
 
 def run_key(config: RunConfig, dataset_fp: str) -> str:
-    """Names one piece of work in MLflow: every restart of the same work lands in the same run."""
-    return fingerprint("run", training_slice(config), dataset_fp, base_model_key(config))
+    """Names one training in MLflow: the starts that resume one another's checkpoints (same resume key) share a
+    run, so a kill and a rerun with other logging, saving or output_dir continue one history."""
+    return fingerprint("run", resume_key(config, dataset_fp, reference_key(config, dataset_fp)))
+
+
+def work_key(config: RunConfig, run_key: str) -> str:
+    """This exact work (every setting the train key holds, within that training): only a finished run with this
+    key stands for this config's result (a cached rerun reopens it, an export downloads its model)."""
+    return fingerprint("work", run_key, training_slice(config))

@@ -1,11 +1,13 @@
 """The MLflow record of one piece of work, from the orchestrator's side (all calls via tuneline.tracking).
 
-A flow-run id changes on every start, so the MLflow run is keyed by the work itself (`keys.run_key`): every
-restart of the same work reopens the same run and adds its flow-run id to it.
+A flow-run id changes on every start, so the MLflow run is keyed by the training itself (`keys.run_key`): every
+restart that resumes the same training, even with other logging or saving settings, reopens the same run and adds
+its flow-run id to it. A finished run stands only for the exact work it did (`keys.work_key`).
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import tempfile
@@ -18,6 +20,8 @@ from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, not_evaluated
 from tuneline.pipeline import keys
 from tuneline.train.predict import PREDICTIONS_FILE
 from tuneline.training_contract import METRICS_SPOOL_DIR
+
+log = logging.getLogger(__name__)
 
 PACKAGES = ("tuneline", "torch", "transformers", "peft", "accelerate", "datasets", "prefect", "mlflow")
 SERVING_PACKAGES = ("tuneline", "torch", "transformers", "peft", "accelerate", "mlflow")
@@ -77,6 +81,7 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
     """
     uri = connect_tracking(config)
     run_key = keys.run_key(config, dataset_fp)
+    work_key = keys.work_key(config, run_key)
     commit = git_commit()
     tags = {
         "tuneline.stage": config.stage,
@@ -91,12 +96,15 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
         **({TRUST_REMOTE_CODE_TAG: "true"} if config.model.trust_remote_code else {}),  # the model's own code ran
     }
     run_id = tracking.open_run(uri, config.experiment_name, run_key, config.run_name, tags,
-                               reopen_finished=not config.pipeline.refresh_cache)
+                               reopen_finished=True, work_key=work_key, fresh=config.pipeline.refresh_cache)
     if flow_run_id:
         tracking.tag_flow_run(run_id, flow_run_id, flow_run_url, tracking_uri=uri)
-    tracking.log_params(run_id, config.masked(), tracking_uri=uri)
-    return {"run_id": run_id, "tracking_uri": uri, "run_key": run_key, "url": tracking.run_url(uri, run_id),
-            "ui_command": tracking.ui_command(uri)}
+    if changed := tracking.log_params(run_id, config.masked(), tracking_uri=uri):
+        shown = ", ".join(f"{k}={v}" for k, v in changed.items())
+        log.warning("MLflow run %s continues with other settings: %s (its params keep the first values; the tags "
+                    "tuneline.resumed_with.<key> hold these)", run_id, shown)
+    return {"run_id": run_id, "tracking_uri": uri, "run_key": run_key, "work_key": work_key,
+            "url": tracking.run_url(uri, run_id), "ui_command": tracking.ui_command(uri)}
 
 
 def run_link(run: dict) -> str | None:
@@ -158,11 +166,11 @@ def serving_requirements() -> list[str]:
 
 
 def logged_model(config: RunConfig, into: Path) -> tuple[str, Path] | None:
-    """The final model the finished MLflow run of this config's work logged, downloaded into `into`, with the run
-    id; None when the store holds no such run (the lookup never creates a store or an experiment)."""
+    """The final model the finished MLflow run of exactly this config's work logged, downloaded into `into`, with
+    the run id; None when the store holds no such run (the lookup never creates a store or an experiment)."""
     uri = tracking.resolve_tracking_uri(config.pipeline.mlflow_tracking_uri)
-    run_key = keys.run_key(config, keys.dataset_key(config))
-    run_id = tracking.finished_run_with_key(uri, config.experiment_name, run_key)
+    work_key = keys.work_key(config, keys.run_key(config, keys.dataset_key(config)))
+    run_id = tracking.finished_run_with_key(uri, config.experiment_name, work_key)
     if run_id is None:
         return None
     model = tracking.download_logged_model(run_id, into, tracking_uri=uri)

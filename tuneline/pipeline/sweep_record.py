@@ -37,12 +37,14 @@ def start_sweep_run(base: RunConfig, points: list[SweepPoint], settings: dict[st
     """Open (or reopen) the parent run in the config's experiment; `settings` (grid, samples, seed, metric) become
     its params."""
     uri = record.connect_tracking(base)
-    point_keys = sorted(keys.run_key(p.config, keys.dataset_key(p.config)) for p in points)
-    run_key = fingerprint("sweep", point_keys, settings.get("metric"), settings.get("greater_is_better"))
+    point_runs = [keys.run_key(p.config, keys.dataset_key(p.config)) for p in points]
+    point_works = [keys.work_key(p.config, key) for p, key in zip(points, point_runs, strict=True)]
+    judged = (settings.get("metric"), settings.get("greater_is_better"))
+    run_key, work_key = (fingerprint("sweep", sorted(found), *judged) for found in (point_runs, point_works))
     tags = {SWEEP_TAG: str(len(points)), **record.source_tags(record.git_commit()),
             "mlflow.source.name": "tuneline sweep flow"}
     run_id = tracking.open_run(uri, base.experiment_name, run_key, f"sweep {base.run_name}", tags,
-                               reopen_finished=not base.pipeline.refresh_cache)
+                               reopen_finished=not base.pipeline.refresh_cache, work_key=work_key)
     if flow_run_id:
         tracking.tag_flow_run(run_id, flow_run_id, flow_run_url, tracking_uri=uri)
     tracking.log_params(run_id, {"sweep": settings, "config": base.source}, tracking_uri=uri)

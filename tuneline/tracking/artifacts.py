@@ -48,14 +48,15 @@ def log_artifacts(
 
 
 def log_checkpoint(
-    run_id: str, checkpoint_dir: str | Path, *, tracking_uri: str | None = None, train_key: str | None = None
+    run_id: str, checkpoint_dir: str | Path, *, tracking_uri: str | None = None, train_key: str | None = None,
+    resume_key: str | None = None,
 ) -> str | None:
     """Upload a complete checkpoint to `checkpoints/<name>`, then its completion marker; returns that path.
 
-    The marker names the train key the checkpoint belongs to (when given), so a resume never continues from
-    another configuration's weights. Best effort, since it runs inside training and the checkpoint is safe on
-    disk: with the server unreachable it warns and returns None (a half-done upload has no marker, so no resume
-    will trust it).
+    The marker names the train and resume keys the checkpoint belongs to (when given), so a resume never
+    continues from another configuration's weights. Best effort, since it runs inside training and the checkpoint
+    is safe on disk: with the server unreachable it warns and returns None (a half-done upload has no marker, so no
+    resume will trust it).
     """
     checkpoint_dir = Path(checkpoint_dir)
     artifact_path = f"{CHECKPOINTS}/{checkpoint_dir.name}"
@@ -66,7 +67,8 @@ def log_checkpoint(
         with default_http_retries(), tempfile.TemporaryDirectory() as tmp:
             client.log_artifacts(run_id, str(checkpoint_dir), artifact_path)
             marker = Path(tmp) / CHECKPOINT_MARKER
-            marker.write_text(json.dumps({"checkpoint": checkpoint_dir.name, "train_key": train_key}))
+            marker.write_text(json.dumps({"checkpoint": checkpoint_dir.name, "train_key": train_key,
+                                          "resume_key": resume_key}))
             client.log_artifact(run_id, str(marker), artifact_path)
     except Exception as err:
         if not (isinstance(err, UserError) or is_transient(err)):
@@ -125,41 +127,45 @@ def logged_checkpoints(client, run_id: str) -> list[tuple[int, str]]:
     return complete
 
 
-def _marker_train_key(client, run_id: str, name: str) -> str | None:
-    """The train key written in a checkpoint's marker (None for a marker that names none)."""
+def _marker_keys(client, run_id: str, name: str) -> dict:
+    """The keys written in a checkpoint's marker (none for a marker holding only the checkpoint name)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = client.download_artifacts(run_id, f"{CHECKPOINTS}/{name}/{CHECKPOINT_MARKER}", tmp)
         text = Path(path).read_text(encoding="utf-8")
     try:
         meta = json.loads(text)
     except json.JSONDecodeError:  # a marker holding only the checkpoint name
-        return None
-    return meta.get("train_key") if isinstance(meta, dict) else None
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
-def latest_logged_checkpoint(client, run_id: str, train_key: str | None = None) -> str | None:
-    """Name of the highest complete checkpoint of the run whose marker names `train_key` or no key."""
+def latest_logged_checkpoint(client, run_id: str, train_key: str | None = None,
+                             resume_key: str | None = None) -> str | None:
+    """Name of the highest complete checkpoint of the run whose marker names `train_key`, or `resume_key` (a run
+    that differs only in what does not shape the weights: logging, saving), or no key."""
     for _, name in logged_checkpoints(client, run_id):
         if train_key is None:
             return name
-        logged_key = _marker_train_key(client, run_id, name)
-        if logged_key in (None, train_key):
+        logged = _marker_keys(client, run_id, name)
+        if logged.get("train_key") in (None, train_key) or (resume_key and logged.get("resume_key") == resume_key):
             return name
-        log.warning("MLflow run %s: %s belongs to train key %s, not %s; skipped", run_id, name, logged_key, train_key)
+        log.warning("MLflow run %s: %s belongs to train key %s, not %s; skipped", run_id, name,
+                    logged.get("train_key"), train_key)
     return None
 
 
 def download_latest_checkpoint(
-    run_id: str, tracking_uri: str | None, dest_dir: str | Path, *, train_key: str | None = None
+    run_id: str, tracking_uri: str | None, dest_dir: str | Path, *, train_key: str | None = None,
+    resume_key: str | None = None,
 ) -> Path | None:
     """Fetch the highest complete `checkpoint-N` into `dest_dir/<name>`; None when the run logged none.
 
-    With `train_key`, checkpoints logged for another key are passed over. Downloaded into a temporary sibling
-    and renamed when whole, so a crash never leaves a half checkpoint that a resume would trust. An existing
-    `dest_dir/<name>` is returned as it is.
+    With `train_key`, checkpoints logged for another key are passed over, unless `resume_key` is theirs.
+    Downloaded into a temporary sibling and renamed when whole, so a crash never leaves a half checkpoint that a
+    resume would trust. An existing `dest_dir/<name>` is returned as it is.
     """
     client = client_for(uri_for(run_id, tracking_uri))
-    name = latest_logged_checkpoint(client, run_id, train_key)
+    name = latest_logged_checkpoint(client, run_id, train_key, resume_key)
     if name is None:
         return None
     dest_dir = Path(dest_dir)

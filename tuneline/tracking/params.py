@@ -1,9 +1,9 @@
 """The resolved config as MLflow params: flattened, stringified, secrets masked, safe to log again.
 
-MLflow refuses to change a param's value. On a reopened run (same work key) the config is normally identical,
-so unchanged params are skipped; a key whose value did change (a key outside the work key, such as logging
-options) keeps its first value as the param and gets the new value as the tag `param_changed.<key>`, so the run
-shows both without failing the resumed flow.
+MLflow refuses to change a param's value. A run reopened to resume its training may come with other settings
+(logging, saving, output_dir: what the run key leaves out). Such a key keeps its first value as the param; its
+newest value goes to the tag `tuneline.resumed_with.<key>`, and `tuneline.resume_changes` lists every key changed
+since the run began (comma-separated), so the run shows both without failing the resumed flow.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from tuneline.tracking.runs import BATCH_TAGS, MAX_KEY, _chunks, _set_tags
 from tuneline.tracking.store import client_for, uri_for
 
 MAX_PARAM_VALUE = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
-CHANGED_PREFIX = "param_changed."
+RESUMED_WITH_PREFIX = "tuneline.resumed_with."
+RESUME_CHANGES_TAG = "tuneline.resume_changes"
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -44,19 +45,27 @@ def param_values(config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def log_params(run_id: str, params: Mapping[str, Any], *, tracking_uri: str | None = None) -> dict[str, str]:
-    """Log what is new; return the keys whose value differs from the run's existing param (logged as tags)."""
+    """Log what is new; return the keys whose value differs from the run's existing param (logged as tags).
+
+    A key changed at an earlier start stays listed and its tag gets this start's value, even one back at the
+    param's: the tags always hold what the newest start ran with."""
     from mlflow.entities import Param
 
     client = client_for(uri_for(run_id, tracking_uri))
-    existing = client.get_run(run_id).data.params
+    run = client.get_run(run_id)
+    existing = run.data.params
+    values = param_values(params)
     new, changed = [], {}
-    for key, value in param_values(params).items():
+    for key, value in values.items():
         if key not in existing:
             new.append(Param(key, value))
         elif existing[key] != value:
             changed[key] = value
     for chunk in _chunks(new, BATCH_TAGS):
         client.log_batch(run_id, params=chunk)
-    if changed:
-        _set_tags(client, run_id, {f"{CHANGED_PREFIX}{k}": v for k, v in changed.items()})
+    listed = [k for k in run.data.tags.get(RESUME_CHANGES_TAG, "").split(",") if k]
+    all_changed = sorted(set(listed) | set(changed))
+    if all_changed:
+        newest = {f"{RESUMED_WITH_PREFIX}{k}": values[k] for k in all_changed if k in values}
+        _set_tags(client, run_id, {**newest, RESUME_CHANGES_TAG: ",".join(all_changed)})
     return changed

@@ -1,10 +1,11 @@
-"""One MLflow run per piece of work: open or reopen it by its content key, tag it, finish it.
+"""One MLflow run per piece of work: open or reopen it by its content keys, tag it, finish it.
 
-A Prefect flow-run id changes on every start, so it cannot name the MLflow run; the flow's content fingerprint
-(`tuneline.run_key`) does. Starting the same work again reopens the newest unfinished run with that key, so a
-crash-and-rerun keeps one history. A finished run is reopened only on request (`reopen_finished`): the flow
-asks for it when every step may be a cache hit, so a repeated command adds no empty run; a forced rerun
-(`--no-cache`) gets a run of its own.
+A Prefect flow-run id changes on every start, so it cannot name the MLflow run; two content keys do. The run key
+(`tuneline.run_key`) names the training: starting it again, even with other logging or saving settings, reopens
+the newest unfinished run with that key, so a crash-and-rerun keeps one history. The work key
+(`tuneline.work_key`) names the exact work: a finished run is reopened only on request (`reopen_finished`) and
+only for the same work key, so a repeated command adds no empty run and a finished run never stands for other
+work. A forced rerun (`--no-cache`, which trains from step 0) gets a run of its own (`fresh`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tuneline.tracking.store import (
 log = logging.getLogger(__name__)
 
 RUN_KEY_TAG = "tuneline.run_key"
+WORK_KEY_TAG = "tuneline.work_key"
 FLOW_RUN_IDS_TAG = "tuneline.flow_run_ids"
 MAX_TAG_VALUE = 8000  # MLflow's limit (mlflow.utils.validation.MAX_TAG_VAL_LENGTH)
 MAX_KEY = 250
@@ -36,18 +38,21 @@ UNFINISHED = ("RUNNING", "FAILED", "KILLED", "SCHEDULED")
 
 def open_run(
     uri: str, experiment: str, run_key: str, run_name: str, tags: dict, artifact_location: str | None = None,
-    reopen_finished: bool = False,
+    reopen_finished: bool = False, work_key: str | None = None, fresh: bool = False,
 ) -> str:
-    """Run id of the newest unfinished run with this key in `experiment`, else of a new run.
+    """Run id of the newest unfinished run with this run key in `experiment` (with `reopen_finished`, or the
+    newest finished one with this work key, which defaults to the run key), else of a new run. A `fresh` start
+    (one that trains from step 0) always gets a new run: a reopened one would hold another start's steps.
 
     Uses MlflowClient only, so no active run is left in this process's fluent state. The reopened run is set
-    back to RUNNING and receives `tags` again (new values win).
+    back to RUNNING and receives `tags` and the work key again (new values win).
     """
     uri = resolve_tracking_uri(uri)
     client = client_for(uri)
     experiment_id = _experiment_id(client, uri, experiment, artifact_location)
-    run_id = _find_by_key(client, experiment_id, run_key, reopen_finished)
-    all_tags = {**{k: str(v) for k, v in tags.items()}, RUN_KEY_TAG: run_key}
+    work_key = work_key or run_key
+    run_id = None if fresh else _find_by_key(client, experiment_id, run_key, work_key, reopen_finished)
+    all_tags = {**{k: str(v) for k, v in tags.items()}, RUN_KEY_TAG: run_key, WORK_KEY_TAG: work_key}
     if run_id is None:
         run_id = client.create_run(experiment_id, run_name=run_name, tags=_clip_tags(all_tags)).info.run_id
         log.info("MLflow: new run %s in experiment %r", run_id, experiment)
@@ -84,21 +89,26 @@ def _experiment_id(client, uri: str, name: str, artifact_location: str | None) -
         return found.experiment_id
 
 
-def _find_by_key(client, experiment_id: str, run_key: str, reopen_finished: bool) -> str | None:
+def _find_by_key(client, experiment_id: str, run_key: str, work_key: str, reopen_finished: bool) -> str | None:
+    """An unfinished run continues whatever its work key; a finished one is reused only as this exact work (a
+    run from before work keys were tagged counts as keyed by its run key)."""
     runs = client.search_runs(
         [experiment_id],
-        filter_string=_key_filter(run_key),
+        filter_string=_key_filter(RUN_KEY_TAG, run_key),
         order_by=["attributes.start_time DESC"],
         max_results=50,
     )
     for run in runs:
-        if reopen_finished or run.info.status in UNFINISHED:
+        if run.info.status in UNFINISHED:
+            return run.info.run_id
+        if reopen_finished and run.data.tags.get(WORK_KEY_TAG, run_key) == work_key:
             return run.info.run_id
     return None
 
 
-def finished_run_with_key(uri: str, experiment: str, run_key: str) -> str | None:
-    """The newest FINISHED run of this work in `experiment`, without creating the experiment or a local store."""
+def finished_run_with_key(uri: str, experiment: str, work_key: str) -> str | None:
+    """The newest FINISHED run of exactly this work (`work_key`) in `experiment`, without creating the experiment
+    or a local store."""
     uri = resolve_tracking_uri(uri)
     db = sqlite_path(uri)
     if db is not None and not db.is_file():
@@ -107,14 +117,14 @@ def finished_run_with_key(uri: str, experiment: str, run_key: str) -> str | None
     found = client.get_experiment_by_name(experiment)
     if found is None or found.lifecycle_stage == "deleted":
         return None
-    runs = client.search_runs([found.experiment_id], filter_string=_key_filter(run_key) + " and "
+    runs = client.search_runs([found.experiment_id], filter_string=_key_filter(WORK_KEY_TAG, work_key) + " and "
                               "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"], max_results=1)
     return runs[0].info.run_id if runs else None
 
 
-def _key_filter(run_key: str) -> str:
-    escaped = run_key.replace("'", "\\'")
-    return f"tags.`{RUN_KEY_TAG}` = '{escaped}'"
+def _key_filter(tag: str, key: str) -> str:
+    escaped = key.replace("'", "\\'")
+    return f"tags.`{tag}` = '{escaped}'"
 
 
 def _clip_tags(tags: dict) -> dict[str, str]:

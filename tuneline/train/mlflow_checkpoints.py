@@ -8,7 +8,8 @@ checkpoint is uploaded once per `save_steps`, and a failed upload (server down) 
 `save_total_limit`, older checkpoints are then deleted from the run as they are from output_dir.
 
 `restore_checkpoint_from_mlflow` is the other half: when output_dir holds no complete checkpoint, it downloads
-the run's last complete one (for the same train key) so training resumes from it.
+the run's last complete one (for the same train key, or the same resume key: a run resumed with other logging or
+saving settings) so training resumes from it.
 """
 
 from __future__ import annotations
@@ -34,14 +35,16 @@ def _mlflow_target() -> tuple[str | None, str | None]:
     return os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
 
 
-def _train_key(output_dir: str | Path) -> str | None:
+def _run_keys(output_dir: str | Path) -> dict[str, str | None]:
+    """The train and resume keys run.json holds (None where it has none)."""
     from tuneline.train.output_dir import read_run_file
 
-    return (read_run_file(output_dir) or {}).get("train_key")
+    found = read_run_file(output_dir) or {}
+    return {"train_key": found.get("train_key"), "resume_key": found.get("resume_key")}
 
 
 class MlflowCheckpointCallback(TrainerCallback):
-    """Logs every saved checkpoint to the MLflow run (main process only), marked with the run's train key."""
+    """Logs every saved checkpoint to the MLflow run (main process only), marked with the run's keys."""
 
     def __init__(self, output_dir: str | Path):
         self.output_dir = Path(output_dir)
@@ -57,7 +60,7 @@ class MlflowCheckpointCallback(TrainerCallback):
             return
         from tuneline.tracking import log_checkpoint
 
-        logged = log_checkpoint(run_id, checkpoint, tracking_uri=uri, train_key=_train_key(self.output_dir))
+        logged = log_checkpoint(run_id, checkpoint, tracking_uri=uri, **_run_keys(self.output_dir))
         if logged:
             self.logged.append(logged)
             if args.save_total_limit:  # MLflow keeps what output_dir keeps, not every checkpoint ever saved
@@ -85,9 +88,9 @@ def restore_checkpoint_from_mlflow(config, output_dir: str | Path) -> Path | Non
     """Download the MLflow run's last complete checkpoint into an output_dir that has none; its path, or None.
 
     Acts only with `mlflow_log_checkpoints`, MLFLOW_RUN_ID set, no complete local checkpoint and no explicit
-    `resume_from_checkpoint` path. A checkpoint logged for another train key (read from output_dir/run.json
-    when present) is passed over. An unreachable store is a UserError: silently starting over would throw away
-    the work the run already did.
+    `resume_from_checkpoint` path. A checkpoint logged for another train key and another resume key (read from
+    output_dir/run.json when present) is passed over. An unreachable store is a UserError: silently starting
+    over would throw away the work the run already did.
     """
     from tuneline.tracking import check_tracking_available, download_latest_checkpoint, resolve_tracking_uri
     from tuneline.tracking.store import is_transient
@@ -102,7 +105,7 @@ def restore_checkpoint_from_mlflow(config, output_dir: str | Path) -> Path | Non
     _clear_stale_downloads(output_dir)
     try:
         check_tracking_available(uri)
-        restored = download_latest_checkpoint(run_id, uri, output_dir, train_key=_train_key(output_dir))
+        restored = download_latest_checkpoint(run_id, uri, output_dir, **_run_keys(output_dir))
     except Exception as err:
         if not (isinstance(err, UserError) or is_transient(err)):
             raise

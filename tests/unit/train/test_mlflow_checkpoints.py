@@ -100,7 +100,7 @@ def test_real_checkpoints_logged_restored_into_empty_dir_and_resumed_exactly(
     # machine 1 trains, logs checkpoint-2 and -4 to MLflow, and is lost after step 5
     first_dir = tmp_path / "machine1"
     config = make_config(tiny_model_dir, first_dir, **settings)
-    lock, _ = prepare_output_dir(config, "train-key-1", run_id)
+    lock, _ = prepare_output_dir(config, "train-key-1", run_id, "resume-key-1")
     lock.release()
     trainer, _ = build(config, "sft", tokenizer, splits)
     probe, sent = SaveProbe(), LoggedAtSave(uri, run_id)
@@ -115,14 +115,17 @@ def test_real_checkpoints_logged_restored_into_empty_dir_and_resumed_exactly(
     store = client(uri)
     assert logged_checkpoints(store, run_id) == [(4, "checkpoint-4"), (2, "checkpoint-2")]
     marker = store.download_artifacts(run_id, f"checkpoints/checkpoint-4/{CHECKPOINT_MARKER}", str(tmp_path))
-    assert json.loads(Path(marker).read_text()) == {"checkpoint": "checkpoint-4", "train_key": "train-key-1"}
+    assert json.loads(Path(marker).read_text()) == {"checkpoint": "checkpoint-4", "train_key": "train-key-1",
+                                                    "resume_key": "resume-key-1"}
 
-    # machine 2: output_dir does not exist; the entry point's own preparation restores from MLflow
+    # machine 2: output_dir does not exist; the entry point's own preparation restores from MLflow, across a change
+    # of the exact train key that keeps the resume key (as other logging or saving settings do)
     from tuneline.train.__main__ import prepare
 
     second_dir = tmp_path / "machine2"
     config2 = make_config(tiny_model_dir, second_dir, **settings)
-    monkeypatch.setenv("TUNELINE_TRAIN_KEY", "train-key-1")
+    monkeypatch.setenv("TUNELINE_TRAIN_KEY", "train-key-2")
+    monkeypatch.setenv("TUNELINE_RESUME_KEY", "resume-key-1")
     lock = prepare(config2, {"path": "unused"}, True, lambda: None)
     lock.release()
     restored = Path(config2.training["resume_from_checkpoint"])
@@ -168,7 +171,7 @@ def test_restore_takes_the_newest_checkpoint_of_this_train_key(tiny_model_dir, t
     uri, run_id = mlflow_run
     logged = tmp_path / "logged"
     tracking.log_checkpoint(run_id, fake_checkpoint(logged, 2), train_key="key-1")
-    tracking.log_checkpoint(run_id, fake_checkpoint(logged, 4), train_key="key-2")  # another configuration
+    tracking.log_checkpoint(run_id, fake_checkpoint(logged, 4), train_key="key-2", resume_key="resume-2")
     partial = fake_checkpoint(tmp_path / "partial", 6)  # an upload cut short: no completion marker
     client(uri).log_artifacts(run_id, str(partial), "checkpoints/checkpoint-6")
 
@@ -185,6 +188,11 @@ def test_restore_takes_the_newest_checkpoint_of_this_train_key(tiny_model_dir, t
 
     unkeyed = tmp_path / "unkeyed"  # no run.json: the newest complete checkpoint, whatever its key
     assert restore_checkpoint_from_mlflow(config, unkeyed) == unkeyed / "checkpoint-4"
+
+    compatible = tmp_path / "compatible"  # another train key, checkpoint-4's resume key: other logging or saving
+    compatible.mkdir()
+    write_run_file(compatible, train_key="key-3", resume_key="resume-2")
+    assert restore_checkpoint_from_mlflow(config, compatible) == compatible / "checkpoint-4"
 
 
 def test_restore_only_when_asked_and_needed(tiny_model_dir, tmp_path, mlflow_run, monkeypatch, fake_checkpoint):

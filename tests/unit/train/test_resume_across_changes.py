@@ -55,6 +55,24 @@ def test_a_change_that_keeps_the_optimisation_resumes_and_says_which(tiny_model_
     assert read_run_file(out)["train_key"] == "exact-2" and read_run_file(out)["settings"]["logging_steps"] == 5
 
 
+def test_the_mlflow_run_follows_what_resumes_and_a_finished_run_the_exact_work(tiny_model_dir, tmp_path):
+    """keys.run_key (which MLflow run a start continues) moves with the resume key; keys.work_key (which finished
+    run is this config's result) with every setting of the train key."""
+    from tuneline.pipeline import keys
+
+    def mlflow_keys(output_dir: Path = tmp_path / "out", **overrides) -> tuple[str, str]:
+        config = make_config(tiny_model_dir, output_dir, **overrides)
+        run_key = keys.run_key(config, "dataset-fp")
+        return run_key, keys.work_key(config, run_key)
+
+    run_key, work_key = mlflow_keys()
+    assert mlflow_keys() == (run_key, work_key)
+    for watched in ({"logging_steps": 5}, {"save_steps": 3}, {"output_dir": tmp_path / "moved"}):
+        resumed_run, resumed_work = mlflow_keys(**watched)
+        assert resumed_run == run_key and resumed_work != work_key, watched
+    assert mlflow_keys(learning_rate=1e-3)[0] != run_key  # other maths: another training, another run
+
+
 def test_a_change_of_the_maths_is_refused_then_set_aside_never_deleted(tiny_model_dir, tmp_path):
     out = tmp_path / "out"
     _start(make_config(tiny_model_dir, out), "exact-1", "resume-1")
