@@ -7,20 +7,58 @@ reference), so a precomputed and a live reference compute exactly the same numbe
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 IGNORE_INDEX = -100
+
+
+def projects_selected_positions(model) -> bool:
+    """Whether `model` (wrapped by DDP/DeepSpeed or peft, or not) takes a boolean `logits_to_keep` mask: then only
+    the positions a loss reads are projected onto the vocabulary (the step's largest matmul and tensor), with
+    the same numbers at those positions."""
+    while hasattr(model, "module"):
+        model = model.module
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(model.forward).parameters and _boolean_masks_slice()
+
+
+@functools.cache
+def _boolean_masks_slice() -> bool:
+    """transformers slices by a boolean (batch, length) mask since 5.x, not in every 5.x: try it once."""
+    import torch
+
+    try:
+        from transformers.modeling_utils import slice_logits_to_keep
+
+        return slice_logits_to_keep(torch.zeros(1, 2, 1), torch.tensor([[True, False]])).shape == (1, 1)
+    except (ImportError, IndexError, RuntimeError):
+        return False
+
+
+def label_logits(model, input_ids, attention_mask, labels):
+    """Float32 logits of the positions whose next token is labelled, one row each (row-major), with those labels
+    and the batch row each came from."""
+    import torch
+
+    targets = labels[:, 1:]
+    counted = targets != IGNORE_INDEX
+    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
+    if projects_selected_positions(model):
+        logits = model(**kwargs, logits_to_keep=torch.nn.functional.pad(counted, (0, 1), value=False)).logits
+    else:
+        logits = model(**kwargs).logits[:, :-1][counted]
+    return logits.reshape(-1, logits.size(-1)).float(), targets[counted], counted.nonzero()[:, 0]
 
 
 def sequence_logps(model, input_ids, attention_mask, labels):
     """(sum of log p(label) over labelled tokens, number of labelled tokens) per row; logits in float32."""
     import torch
 
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    logits = logits[:, :-1, :].float()
-    targets = labels[:, 1:]
-    mask = targets != IGNORE_INDEX
-    safe_targets = torch.where(mask, targets, torch.zeros_like(targets))
-    token_logps = torch.log_softmax(logits, dim=-1).gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1)
-    return (token_logps * mask).sum(-1), mask.sum(-1)
+    logits, targets, rows = label_logits(model, input_ids, attention_mask, labels)
+    token_logps = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    sums = torch.zeros(input_ids.size(0), dtype=token_logps.dtype, device=token_logps.device)
+    return sums.index_add(0, rows, token_logps), (labels[:, 1:] != IGNORE_INDEX).sum(-1)
 
 
 def pad_right(tensors, value: int):

@@ -229,6 +229,34 @@ def test_label_scores_match_the_models_own_loss_and_ignore_padding(model_dir, to
     metrics = loss_metrics(batched)
     assert metrics["perplexity"] == pytest.approx(math.exp(metrics["eval_loss"]))
     assert 0.0 <= metrics["token_accuracy"] <= 1.0
+    projected = []  # rows batched by length, in any order, and only labelled positions projected
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: projected.append(args[0].shape[:-1].numel()))
+    try:
+        reordered = label_scores(model, rows["input_ids"][::-1], rows["labels"][::-1], tokenizer.pad_token_id, 4)
+    finally:
+        hook.remove()
+    assert reordered["logp"] == pytest.approx(batched["logp"][::-1], abs=1e-4)
+    assert sum(projected) == sum(batched["tokens"])
+
+
+def test_sequence_logps_are_the_full_logits_log_probs_of_the_labelled_tokens(model_dir, tokenizer):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tuneline.logps import sequence_logps
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    rows = sft_rows(tokenizer)
+    ids = scoring.pad_rows(rows["input_ids"], tokenizer.pad_token_id)
+    mask = scoring.pad_rows([[1] * len(r) for r in rows["input_ids"]], 0)
+    labels = scoring.pad_rows(rows["labels"], -100)
+    with torch.no_grad():
+        sums, counts = sequence_logps(model, ids, mask, labels)
+        logps = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits[:, :-1].float(), -1)
+    counted = labels[:, 1:] != -100
+    by_hand = (logps.gather(-1, labels[:, 1:].clamp(min=0).unsqueeze(-1)).squeeze(-1) * counted).sum(-1)
+    assert torch.allclose(sums, by_hand, atol=1e-4) and counts.tolist() == counted.sum(-1).tolist()
 
 
 # ----------------------------------------------------------------------------- evaluate_model

@@ -41,25 +41,34 @@ def pad_rows(rows: Sequence[Sequence[int]], value: int, left: bool = False):
 
 def label_scores(model, input_ids: Sequence[Sequence[int]], labels: Sequence[Sequence[int]], pad_id: int,
                  batch_size: int) -> dict[str, list]:
-    """Per row: "logp" (sum of label-token log-probs), "tokens" (label count), "correct" (argmax hits)."""
+    """Per row: "logp" (sum of label-token log-probs), "tokens" (label count), "correct" (argmax hits).
+
+    Rows are batched by length (little padding) and only labelled positions are projected onto the vocabulary
+    (`tuneline.logps.label_logits`); the lists come back in the rows' order."""
     import torch
 
+    from tuneline.logps import label_logits
+
     device = next(model.parameters()).device
-    out: dict[str, list] = {"logp": [], "tokens": [], "correct": []}
+    by_length = sorted(range(len(input_ids)), key=lambda i: len(input_ids[i]))
+    scored: dict[int, tuple[float, int, int]] = {}
     with torch.no_grad():
-        for start, end in batch_ranges(len(input_ids), batch_size):
-            ids = pad_rows(input_ids[start:end], pad_id).to(device)
-            mask = pad_rows([[1] * len(r) for r in input_ids[start:end]], 0).to(device)
-            gold = pad_rows(labels[start:end], IGNORE_INDEX).to(device)
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-            target = gold[:, 1:]
-            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, ignore_index=IGNORE_INDEX,
-                                                    reduction="none")
-            counted = target != IGNORE_INDEX
-            out["logp"] += (-nll * counted).sum(-1).tolist()
-            out["tokens"] += counted.sum(-1).tolist()
-            out["correct"] += ((logits.argmax(-1) == target) & counted).sum(-1).tolist()
-    return out
+        for start, end in batch_ranges(len(by_length), batch_size):
+            chunk = by_length[start:end]
+            rows = [input_ids[i] for i in chunk]
+            ids = pad_rows(rows, pad_id).to(device)
+            mask = pad_rows([[1] * len(r) for r in rows], 0).to(device)
+            gold = pad_rows([labels[i] for i in chunk], IGNORE_INDEX).to(device)
+            logits, targets, row_of = label_logits(model, ids, mask, gold)
+            logp = -torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+            hits = (logits.argmax(-1) == targets).long()
+            zeros = torch.zeros(len(chunk), device=device)
+            sums = zeros.index_add(0, row_of, logp).tolist()
+            counts = zeros.index_add(0, row_of, torch.ones_like(logp)).long().tolist()
+            correct = zeros.long().index_add(0, row_of, hits).tolist()
+            scored.update({i: (sums[k], counts[k], correct[k]) for k, i in enumerate(chunk)})
+    ordered = [scored[i] for i in range(len(input_ids))]
+    return {"logp": [s[0] for s in ordered], "tokens": [s[1] for s in ordered], "correct": [s[2] for s in ordered]}
 
 
 def loss_metrics(scores: dict[str, list]) -> dict[str, float]:

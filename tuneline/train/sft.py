@@ -11,9 +11,9 @@ Run: `python -m tuneline.train examples/sft_lora.yaml` (or through `accelerate l
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any
 
+from tuneline.logps import projects_selected_positions
 from tuneline.train.predict import predict_with_generate
 from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
 
@@ -59,11 +59,8 @@ class SFTTrainer(TunelineTrainer):
     @functools.cached_property
     def projects_label_positions_only(self) -> bool:
         """Where the model's forward takes a `logits_to_keep` mask and the loss is the model's own."""
-        if self.label_smoother is not None or self.compute_loss_func is not None:
-            return False
-        model = self.accelerator.unwrap_model(self.model)
-        model = model.get_base_model() if hasattr(model, "get_base_model") else model
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        no_own_loss = self.label_smoother is None and self.compute_loss_func is None
+        return no_own_loss and projects_selected_positions(self.model)
 
 
 SPEC = StageSpec(name="sft", trainer_class=SFTTrainer, metrics=sft_metrics, after_train=predict_with_generate,

@@ -183,7 +183,8 @@ def train_and_evaluate(trainer, config, spec: StageSpec, tokenizer) -> dict[str,
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)
         metrics.update(result.metrics)
-    if trainer.eval_dataset is not None and (args.do_eval or args.eval_strategy != "no" or args.do_train):
+    # As LLaMA-Factory: a final evaluation only when asked; the flow's `evaluate tuned` scores the split anyway.
+    if trainer.eval_dataset is not None and (args.do_eval or args.eval_strategy != "no"):
         eval_metrics = (args.do_train and evaluated_at_last_step(trainer)) or trainer.evaluate(metric_key_prefix="eval")
         if spec.perplexity and "eval_loss" in eval_metrics:
             eval_metrics["eval_perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50.0))

@@ -10,6 +10,8 @@ from train_helpers import IGNORE, make_config, make_splits
 
 
 def build(config, stage: str, tokenizer, splits=None):
+    from transformers import set_seed
+
     from tuneline.data.collators import build_collator
     from tuneline.model.loader import load_model
     from tuneline.train import stage_runner
@@ -17,6 +19,7 @@ def build(config, stage: str, tokenizer, splits=None):
     from tuneline.train.trainer_base import build_trainer
 
     spec = __import__(stage_runner(stage).__module__, fromlist=["SPEC"]).SPEC
+    set_seed(config.training["seed"])  # as run_stage: a new head's weights must not depend on earlier tests
     splits = splits if splits is not None else make_splits(tokenizer, "rm" if stage == "rm" else "sft")
     model = load_model(config, tokenizer, is_trainable=True, add_valuehead=spec.add_valuehead)
     collator = build_collator(spec.name, tokenizer)
@@ -88,7 +91,7 @@ def test_sft_training_projects_only_label_positions_with_the_same_loss_and_gradi
 def test_sft_full_trains_and_reports_accuracy_and_predictions(tiny_model_dir, tokenizer, tmp_path):
     out = tmp_path / "out"
     config = make_config(tiny_model_dir, out, max_steps=8, compute_accuracy=True, predict_with_generate=True,
-                         do_sample=False, max_new_tokens=8, per_device_eval_batch_size=4)
+                         do_sample=False, max_new_tokens=8, per_device_eval_batch_size=4, do_eval=True)
     trainer, metrics = run(config, "sft", tokenizer)
     losses = logged(out)
     assert len(losses) == 8 and losses[-1] < losses[0]
@@ -118,7 +121,7 @@ def test_sft_lora_trains_only_the_adapter(tiny_model_dir, tokenizer, tmp_path):
 def test_pt_trains_on_every_token(tiny_model_dir, tokenizer, tmp_path):
     out = tmp_path / "out"
     splits = make_splits(tokenizer, "sft").map(lambda row: {"labels": row["input_ids"]})
-    config = make_config(tiny_model_dir, out, stage="pt", dataset="demo_pt")
+    config = make_config(tiny_model_dir, out, stage="pt", dataset="demo_pt", do_eval=True)
     _, metrics = run(config, "pt", tokenizer, splits)
     losses = logged(out)
     assert losses[-1] < losses[0] and metrics["eval_perplexity"] > 1.0
@@ -131,7 +134,8 @@ def test_rm_pairwise_loss_falls_and_reports_accuracy(tiny_model_dir, tokenizer, 
     from tuneline.train.rm import pair_scores, pairwise_loss
 
     out = tmp_path / "out"
-    config = make_config(tiny_model_dir, out, stage="rm", dataset="demo_pref", max_steps=8, learning_rate=1e-2)
+    config = make_config(tiny_model_dir, out, stage="rm", dataset="demo_pref", max_steps=8, learning_rate=1e-2,
+                         do_eval=True)
     trainer, metrics = run(config, "rm", tokenizer)
     losses = logged(out)
     assert losses[-1] < losses[0]
