@@ -1,5 +1,6 @@
 from collections.abc import Callable
 
+import httpx
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import task_run
@@ -29,6 +30,24 @@ def whole_percent_steps(update: Callable[[float], object]) -> Callable[[dict], N
     return on_progress
 
 
+def progress_updater(progress_id, warn: Callable[[str], None]) -> Callable[[float], None]:
+    """`update(percent)` for the task's progress artifact. A progress bar must never end a training: when the
+    Prefect API does not answer (after its client's own retries), `warn` is told once and updates stop, while the
+    training goes on and its result is stored as usual."""
+    unreachable = []
+
+    def update(percent: float) -> None:
+        if unreachable:
+            return
+        try:
+            update_progress_artifact(progress_id, percent)
+        except httpx.HTTPError as err:
+            unreachable.append(err)
+            warn(f"the Prefect API did not answer ({err}); training goes on, its progress is no longer shown")
+
+    return update
+
+
 def _retry_crashes_only(task, task_run, state) -> bool:
     try:
         state.result()
@@ -48,10 +67,11 @@ def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
     """
     logger = get_run_logger()
     progress = create_progress_artifact(progress=0.0, key="training-progress", description="training progress")
-    on_progress = whole_percent_steps(lambda percent: update_progress_artifact(progress, percent))
+    show_progress = progress_updater(progress, logger.warning)
+    on_progress = whole_percent_steps(show_progress)
     fresh = config.pipeline.refresh_cache and task_run.run_count <= 1  # a retry resumes what the first began
     result = train_model(config, dataset, reference, _train_key(config, dataset, reference, run), run.get("run_id"),
                          run.get("tracking_uri"), on_line=logger.info, on_progress=on_progress, start_fresh=fresh)
-    update_progress_artifact(progress, 100.0)
+    show_progress(100.0)
     record_training(run, config, result)
     return result
