@@ -58,7 +58,7 @@ gpu-check: $(STAMP)
 
 # Fault suite: real flow processes killed (SIGKILL of the process group) at five points, a truncated checkpoint and
 # dataset cache entry, a full disk (a small tmpfs: needs root) during a checkpoint save; each rerun must finish
-# equal to an uninterrupted run. Prints a table; CHAOS_ARGS passes options (--cases, --workdir).
+# equal to an uninterrupted run; the MLflow or Prefect server killed mid-train. Table; CHAOS_ARGS: --cases, --workdir.
 chaos: $(STAMP)
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/chaos.py $(CHAOS_ARGS)
 

@@ -1,6 +1,6 @@
 """Fault suite (`make chaos`): kills, corrupts and fills the disk under real `python -m flows.finetune` processes,
-then reruns the same command and checks nothing was lost and the result is right. Prints a table: case,
-expected, observed, pass or fail.
+or kills the MLflow or Prefect server they report to, then reruns the same command and checks nothing was lost
+and the result is right. Prints a table: case, expected, observed, pass or fail.
 
 Each case runs in a folder of its own (Prefect home, pipeline cache, output_dir, MLflow store) so that cache
 records cannot leak between cases; a baseline run of the same config in another folder gives the metrics an
@@ -16,19 +16,25 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from tuneline.pipeline.train_step import COMPLETE_MARKER
 from tuneline.step_cache import DAMAGED
 from tuneline.train.checkpoints import STAGING_DIR
 from tuneline.train.output_dir import unreadable_file
+from tuneline.train.trainer_log import logged_metrics, read_log
+from tuneline.training_contract import LOG_FILE, METRICS_SPOOL_DIR, die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -113,8 +119,64 @@ class Flow:
         return False
 
 
-def run_to_end(config: Path, root: Path, name: str, seconds: float = 600) -> tuple[int, str]:
-    flow = Flow(config, root / f"{name}.log", flow_env(root))
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """A server process (MLflow's or Prefect's) on a fixed port of 127.0.0.1, leading a process group of its own:
+    start() waits until `health` answers, kill() ends the whole group with SIGKILL (a crash: no shutdown), and
+    start() again brings it back on the same port and store, as an operator restarting it would."""
+
+    def __init__(self, cmd: list[str], url: str, health: str, log: Path, env: dict[str, str]):
+        self.cmd, self.url, self.health, self.log, self.env, self.proc = cmd, url, health, log, env, None
+
+    @classmethod
+    def mlflow(cls, root: Path) -> Server:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        return cls([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                    "--backend-store-uri", f"sqlite:///{root / 'mlflow-server.db'}",
+                    "--artifacts-destination", str(root / "mlflow-artifacts")], url, f"{url}/health",
+                   root / "mlflow-server.log",
+                   {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job runner: starts faster
+
+    @classmethod
+    def prefect(cls, root: Path) -> Server:
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+        env.update(PREFECT_HOME=str(root / "prefect-server"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+        url = f"http://127.0.0.1:{port}/api"
+        return cls([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], url,
+                   f"{url}/health", root / "prefect-server.log", env)
+
+    def start(self, seconds: float = 120) -> float:
+        """Start it and wait until it answers; the seconds that took."""
+        started = time.monotonic()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, preexec_fn=die_with_parent)
+        while time.monotonic() - started < seconds:
+            try:
+                with urllib.request.urlopen(self.health, timeout=1):
+                    return time.monotonic() - started
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(f"{self.cmd[0]} did not answer: {self.log.read_text(errors='replace')[-1000:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def run_to_end(config: Path, root: Path, name: str, seconds: float = 600, **env: str) -> tuple[int, str]:
+    flow = Flow(config, root / f"{name}.log", flow_env(root, **env))
     code = flow.wait(seconds)
     return code, flow.output()
 
@@ -304,6 +366,100 @@ class Suite:
         return Outcome(case, expected, "; ".join(observed),
                        code != 0 and bool(clear) and intact and bool(resumed) and not problems)
 
+    def mlflow_server_restarted(self, case: str) -> Outcome:
+        """The flow logs to a real `mlflow server`, which is killed (SIGKILL) once training has logged a few steps
+        and started again on the same port and backend after a checkpoint was saved without it. The training's
+        metric spool must bridge the gap: every (metric, step) of trainer_log.jsonl in the run's history, once."""
+        expected = ("training goes on while MLflow is down; flow exit 0; every metric of every step in "
+                    "trainer_log.jsonl in the run's MLflow history exactly once, none extra; spool empty")
+        root = self.folder(case)
+        server = Server.mlflow(root)
+        server.start()
+        try:
+            config = tiny_config(root, self.model_dir, mlflow_tracking_uri=server.url, **MLFLOW_CASE_TRAIN)
+            flow = Flow(config, root / "run.log", flow_env(root))
+            if not flow.wait_until(lambda: last_step(root) >= SERVER_KILL_STEP, 300):
+                flow.kill_tree()
+                return Outcome(case, expected, "the kill point was never reached (flow ended first)", False)
+            server.kill()
+            down_at = last_step(root)
+            saved = flow.wait_until(lambda: any(int(p.name.split("-")[1]) > down_at
+                                                for p in checkpoints(root / "out")), 300)
+            back_from = last_step(root)
+            restart_s = server.start()
+            back_at = last_step(root)
+            code = flow.wait(300)
+            output = flow.output()
+            problems = history_against_log(root, server.url)
+        finally:
+            server.kill()
+        spooled = sorted(p.name for p in (root / "out" / METRICS_SPOOL_DIR).glob("*")) if code == 0 else []
+        total = max(MLFLOW_CASE_TRAIN["max_steps"], last_step(root))
+        observed = [f"server killed at step {down_at}, restarted at step {back_from} "
+                    + ("after a checkpoint saved without it" if saved else "(no checkpoint saved without it)")
+                    + f", answering again at step {back_at} of {total} ({restart_s:.0f} s to start)",
+                    f"flow exit {code}" + ("" if code == 0 else f": {output[-300:]!r}"),
+                    "spool left: " + ", ".join(spooled) if spooled else "spool empty",
+                    "; ".join(problems) if problems else "MLflow history = trainer_log.jsonl, each step once"]
+        return Outcome(case, expected, "; ".join(observed), code == 0 and saved and not spooled and not problems)
+
+    def prefect_server_lost(self, case: str) -> Outcome:
+        """The flow reports to a real `prefect server start`, which is killed (SIGKILL) once training has logged a
+        few steps and stays down until the flow process ends (or, having ended its flow run, is killed after
+        EXIT_GRACE_S). Then the server is started again (same port and database) and the same command rerun:
+        `train` must be found done, not trained again."""
+        expected = ("training finishes; trained model and checkpoints in output_dir complete and readable; train's "
+                    "result stored for the cache; with the server back the same command completes with train "
+                    "Cached (or kept as finished), nothing retrained; 1 MLflow run")
+        root = self.folder(case)
+        out = root / "out"
+        server = Server.prefect(root)
+        server.start()
+        try:
+            config = tiny_config(root, self.model_dir, **PREFECT_CASE_TRAIN)
+            flow = Flow(config, root / "first.log", flow_env(root, PREFECT_API_URL=server.url))
+            if not flow.wait_until(lambda: last_step(root) >= SERVER_KILL_STEP, 300):
+                flow.kill_tree()
+                return Outcome(case, expected, "the kill point was never reached (flow ended first)", False)
+            server.kill()
+            down_at = last_step(root)
+            flow.wait_until(lambda: FLOW_RUN_ENDED.search(flow.output()) is not None, 300)
+            ended = time.monotonic()
+            code = flow.wait(EXIT_GRACE_S)
+            lingered = time.monotonic() - ended
+            output = flow.output()
+            complete, trained_to = (out / COMPLETE_MARKER).is_file(), last_step(root)
+            key = json.loads((out / COMPLETE_MARKER).read_text())["train_key"] if complete else ""
+            stored = bool(key) and (root / "cache" / "prefect-results" / key).is_file()
+            damaged = unreadable_file(out) if (out / "trainer_state.json").is_file() else "no trainer_state.json"
+            log_before = (out / LOG_FILE).read_bytes() if (out / LOG_FILE).is_file() else b""
+            server.start()
+            code2, output2 = run_to_end(config, root, "rerun", PREFECT_API_URL=server.url)
+        finally:
+            server.kill()
+        train = step_states(output2).get("train", ["not run"])
+        retrained = (out / LOG_FILE).read_bytes() != log_before
+        kept = train == ["Completed"] and "the finished training is kept" in output2
+        runs = tracked(root)[0]
+        ending = FLOW_RUN_ENDED.search(output)
+        observed = [f"server killed at step {down_at}",
+                    f"training reached step {trained_to}, {COMPLETE_MARKER} " + ("written" if complete else "MISSING"),
+                    f"output_dir and {len(checkpoints(out))} checkpoints "
+                    + ("readable" if damaged is None else f"DAMAGED ({damaged})"),
+                    f"steps finished: {', '.join(finished_steps(output)) or 'none'}",
+                    ("flow run then " + (ending.group(1) if ending else "never ended")
+                     + (f", process exit {code}" if code != -9 else
+                        f", process still alive {lingered:.0f} s later (Prefect draining its events to the dead "
+                        "server at exit): killed")),
+                    "train's result stored for the cache" if stored else "train's result NOT stored for the cache",
+                    f"rerun exit {code2}, train {'/'.join(train)}"
+                    + (" (its key had changed; found finished in output_dir and kept)" if kept else "")
+                    + (", RETRAINED (trainer_log.jsonl rewritten)" if retrained else ", nothing retrained"),
+                    f"{runs} MLflow run(s)"]
+        passed = (complete and damaged is None and stored and code2 == 0 and (train == ["Cached"] or kept)
+                  and not retrained and runs == 1)
+        return Outcome(case, expected, "; ".join(observed), passed)
+
 
 def fill(path: Path) -> None:
     """Write zeros to `path` until its file system is full (unbuffered: the error comes from the write itself)."""
@@ -367,6 +523,38 @@ def check_dataset_rebuilt(root: Path, output: str) -> list[str]:
     return problems
 
 
+def last_step(root: Path) -> int:
+    """The last training step trainer_log.jsonl holds (0 before the first)."""
+    steps = [entry.get("current_steps") for entry in read_log(root / "out" / LOG_FILE)]
+    return max((s for s in steps if isinstance(s, int)), default=0)
+
+
+def history_against_log(root: Path, uri: str) -> list[str]:
+    """Each metric's steps in the MLflow run's history against the steps trainer_log.jsonl logged it at: what is
+    missing, logged twice, or extra (a step the trainer never logged)."""
+    from mlflow import MlflowClient
+
+    logged: dict[str, set[int]] = {}
+    for entry in read_log(root / "out" / LOG_FILE):
+        for key in logged_metrics(entry):
+            logged.setdefault(key, set()).add(entry["current_steps"])
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("chaos").experiment_id])
+    if len(runs) != 1:
+        return [f"{len(runs)} MLflow runs"]
+    problems, counted = [], 0
+    for key, steps in sorted(logged.items()):
+        history = Counter(m.step for m in client.get_metric_history(runs[0].info.run_id, key))
+        counted += len(steps)
+        missing, extra = sorted(steps - set(history)), sorted(set(history) - steps)
+        twice = sorted(step for step, n in history.items() if n > 1)
+        problems += [f"{key}: {what} at steps {found[:8]}{'…' if len(found) > 8 else ''}"
+                     for what, found in (("missing", missing), ("twice", twice), ("extra", extra)) if found]
+    if not counted:
+        problems.append("trainer_log.jsonl logged nothing")
+    return problems
+
+
 def has_checkpoint(root: Path) -> bool:
     out = root / "out"
     return out.is_dir() and any(p.name.startswith("checkpoint-") and (p / "trainer_state.json").is_file()
@@ -413,6 +601,12 @@ DPO = {"stage": "dpo", "dataset": "demo_pref", "eval_dataset": "demo_pref_eval",
        "cutoff_len": 128, "max_steps": 6, "save_steps": 2}
 # tokenization long enough to be caught: more rows, longer rows
 BIG_DATA = {"max_samples": 2000, "cutoff_len": 256}
+# a training long enough (tens of seconds here) for MLflow's server to be killed and started again while it runs
+MLFLOW_CASE_TRAIN = {"max_steps": 300, "save_steps": 60}
+PREFECT_CASE_TRAIN = {"max_steps": 100, "save_steps": 30}  # the Prefect case only needs the kill to land mid-train
+SERVER_KILL_STEP = 20
+FLOW_RUN_ENDED = re.compile(r"Flow run '[^']*' - (Encountered exception|Finished in state \w+)")
+EXIT_GRACE_S = 15  # how long a flow process may take to exit once its flow run ended
 CASES: dict[str, Callable[[Suite], Outcome]] = {
     "kill mid-train": lambda s: s.kill_and_rerun("kill mid-train (after checkpoint-3)", has_checkpoint),
     "kill during checkpoint save": lambda s: s.kill_and_rerun(
@@ -432,6 +626,10 @@ CASES: dict[str, Callable[[Suite], Outcome]] = {
         "detected, set aside with a warning naming the file, rebuilt; never loaded", check_dataset_rebuilt,
         rebuilt=("build-dataset",)),
     "disk full during checkpoint save": lambda s: s.disk_full("disk full during checkpoint save (8 MiB tmpfs)"),
+    "mlflow server restarted": lambda s: s.mlflow_server_restarted(
+        "MLflow server killed mid-train and restarted (same port and backend)"),
+    "prefect server lost": lambda s: s.prefect_server_lost(
+        "Prefect server killed mid-train (back only for the rerun)"),
 }
 
 
