@@ -40,8 +40,12 @@ chromium:
 		    { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }; }; } || \
 		echo "no Chromium (install the 'chromium' package): the browser tests will not run"
 
+# Test processes (pytest-xdist): one per core, at least 2 (most tests wait on a subprocess or a server), at most 4
+# (each worker starts its own Prefect API and builds its own tiny model). worksteal: a flow test takes minutes, most
+# others a second, so an idle worker takes queued tests from a busy one. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? 2 : n > 4 ? 4 : n )))
 test: $(STAMP) lint chromium
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=15 \
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 \
 		-m "not acceptance$(if $(shell command -v chromium || command -v chromium-browser),, and not browser)" tests
 
 # LLaMA-Factory's own example configs on its demo data, unchanged (tests/fixtures/llamafactory): minutes of
