@@ -240,6 +240,21 @@ def test_label_scores_match_the_models_own_loss_and_ignore_padding(model_dir, to
     assert sum(projected) == sum(batched["tokens"])
 
 
+def test_greedy_answers_come_back_in_the_prompts_order_whatever_their_lengths(model_dir, tokenizer):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tuneline.evaluation.generation import generate_greedy
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    prompts = [tokenizer.encode(q) for q in ("Hi", "What is the capital of France, and why?", "Name a colour")]
+    one_by_one = [generate_greedy(model, [p], pad_id=tokenizer.pad_token_id, eos_ids=set(), max_new_tokens=4,
+                                  batch_size=1)[0] for p in prompts]
+    batched = generate_greedy(model, prompts, pad_id=tokenizer.pad_token_id, eos_ids=set(), max_new_tokens=4,
+                              batch_size=2)
+    assert batched == one_by_one and len({tuple(a) for a in batched}) > 1
+
+
 def test_sequence_logps_are_the_full_logits_log_probs_of_the_labelled_tokens(model_dir, tokenizer):
     import torch
     from transformers import AutoModelForCausalLM

@@ -69,22 +69,26 @@ def generate_greedy(model, prompts: Sequence[Sequence[int]], *, pad_id: int, eos
 
 def generate_batches(model, prompts: Sequence[Sequence[int]], settings, pad_id: int, eos_ids: set[int],
                      batch_size: int) -> list[list[int]]:
-    """Answers under any GenerationConfig, prompts left-padded per batch; the model is left in its mode."""
+    """Answers under any GenerationConfig, in the prompts' order; prompts are batched by length (little left
+    padding to prefill); the model is left in its mode."""
     import torch
 
     device = next(model.parameters()).device
-    answers: list[list[int]] = []
+    by_length = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    answers: dict[int, list[int]] = {}
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        for start, end in batch_ranges(len(prompts), batch_size):
-            rows = prompts[start:end]
+        for start, end in batch_ranges(len(by_length), batch_size):
+            chunk = by_length[start:end]
+            rows = [prompts[i] for i in chunk]
             ids = pad_rows(rows, pad_id, left=True).to(device)
             mask = pad_rows([[1] * len(r) for r in rows], 0, left=True).to(device)
             output = model.generate(input_ids=ids, attention_mask=mask, generation_config=settings)
-            answers += [until_eos(row.tolist(), eos_ids) for row in output[:, ids.shape[1]:]]
+            answers.update({i: until_eos(row.tolist(), eos_ids) for i, row in zip(chunk, output[:, ids.shape[1]:],
+                                                                                   strict=True)})
     model.train(was_training)
-    return answers
+    return [answers[i] for i in range(len(prompts))]
 
 
 def words(text: str) -> list[str]:
