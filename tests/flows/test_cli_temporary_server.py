@@ -14,7 +14,9 @@ def test_cli_train_runs_on_prefects_temporary_server(tmp_path, tiny_model_dir):
     """The path of `make demo`. Cached re-runs are tested against the test harness's API and a running server."""
     config = tiny_config(tmp_path, tiny_model_dir, max_steps=2, mlflow_experiment="cli-test")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    env.update(PREFECT_HOME=str(tmp_path / "home"), PREFECT_LOGGING_LEVEL="INFO")
+    env.update(PREFECT_HOME=str(tmp_path / "home"), PREFECT_LOGGING_LEVEL="INFO",
+               # Prefect gives its temporary server 20 s to start: too few beside a second test process
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120")
     run = subprocess.run([sys.executable, "-m", "flows.cli", "train", str(config)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
