@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test acceptance lint install clean chromium gpu-check chaos
+.PHONY: demo test acceptance lint install clean chromium gpu-check chaos bench
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -66,5 +66,24 @@ gpu-check: $(STAMP)
 chaos: $(STAMP)
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/chaos.py $(CHAOS_ARGS)
 
+# LLaMA-Factory 0.9.5 in its own environment (its pins clash with ours), for `make bench`: torch pinned (pip would
+# swap the CPU wheel for a CUDA build), PyPI's torchvision removed (a CUDA build that fails beside a CPU torch),
+# torchaudio's native libraries removed (LLaMA-Factory imports the package always, never its ops).
+PEER := .venv-peer
+$(PEER)/.installed:
+	$(PY) -m venv $(PEER)
+	$(PEER)/bin/pip install -q torch==2.13.0
+	echo torch==2.13.0 > $(PEER)/torch-pin.txt
+	$(PEER)/bin/pip install -q llamafactory==0.9.5 -c $(PEER)/torch-pin.txt
+	$(PEER)/bin/pip uninstall -y -q torchvision
+	find $(PEER)/lib -path '*/site-packages/torchaudio/*' -name '*.so*' -delete
+	$(PEER)/bin/llamafactory-cli version >/dev/null
+	touch $@
+
+# tuneline against LLaMA-Factory, the same YAML through both, pair by pair (benchmarks/bench.py says what is
+# measured); writes benchmarks/results/latest.md and latest.json. BENCH_ARGS passes options (--pairs, --repeats).
+bench: $(STAMP) $(PEER)/.installed
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) .tuneline demo_output mlflow.db mlruns
+	rm -rf $(VENV) $(PEER) .tuneline demo_output mlflow.db mlruns
