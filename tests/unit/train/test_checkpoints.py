@@ -121,7 +121,7 @@ def test_resume_from_the_last_step_trains_no_extra_step(tiny_model_dir, tokenize
 
     out = tmp_path / "out"
     splits = make_splits(tokenizer, train=24, validation=4)  # 6 steps an epoch: step 4 is mid-epoch
-    config = make_config(tiny_model_dir, out, max_steps=4, save_steps=2)
+    config = make_config(tiny_model_dir, out, max_steps=4, save_steps=2, do_eval=True)
     trainer, spec = build(config, "sft", tokenizer, splits)
     train_and_evaluate(trainer, config, spec, tokenizer)
     first_log = (out / "trainer_log.jsonl").read_text()
