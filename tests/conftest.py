@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Parallel test workers (pytest-xdist) share the cores: each gets its share of threads, passed on to the trainings
+# it starts. torch's OpenMP threads wait for each other at every operation, so more threads than free cores stall
+# every one of them; set before torch is imported.
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
 
 
 @pytest.fixture(scope="session")
