@@ -276,6 +276,8 @@ def decide_resume(output_dir: str | Path, key: str, overwrite: bool = False, res
             "tuneline's training code changed, the settings did not")
         log.warning("output_dir '%s': resuming from %s (step %s) across a change that keeps the weights' "
                     "optimisation the same (%s)", root, checkpoint.name, checkpoint_step(checkpoint), why)
+    elif checkpoint is not None:
+        log.info("output_dir '%s': resuming from %s (step %s)", root, checkpoint.name, checkpoint_step(checkpoint))
     return checkpoint
 
 

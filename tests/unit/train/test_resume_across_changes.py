@@ -55,6 +55,15 @@ def test_a_change_that_keeps_the_optimisation_resumes_and_says_which(tiny_model_
     assert read_run_file(out)["train_key"] == "exact-2" and read_run_file(out)["settings"]["logging_steps"] == 5
 
 
+def test_a_plain_resume_says_where_it_resumes(tiny_model_dir, tmp_path, caplog):
+    out = tmp_path / "out"
+    _start(make_config(tiny_model_dir, out), "exact-1", "resume-1")
+    _fake_checkpoint(out / "checkpoint-3")
+    with caplog.at_level(logging.INFO, logger="tuneline.train.output_dir"):
+        assert _start(make_config(tiny_model_dir, out), "exact-1", "resume-1") == out / "checkpoint-3"
+    assert "resuming from checkpoint-3 (step 3)" in caplog.text and "change" not in caplog.text
+
+
 def test_the_mlflow_run_follows_what_resumes_and_a_finished_run_the_exact_work(tiny_model_dir, tmp_path):
     """keys.run_key (which MLflow run a start continues) moves with the resume key; keys.work_key (which finished
     run is this config's result) with every setting of the train key."""
