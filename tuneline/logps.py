@@ -20,7 +20,13 @@ def projects_selected_positions(model) -> bool:
     while hasattr(model, "module"):
         model = model.module
     model = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "logits_to_keep" in inspect.signature(model.forward).parameters and _boolean_masks_slice()
+    return _forward_takes_logits_to_keep(type(model)) and _boolean_masks_slice()
+
+
+@functools.cache
+def _forward_takes_logits_to_keep(model_class: type) -> bool:
+    """Read once per class: every log-prob batch asks."""
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
 
 
 @functools.cache
