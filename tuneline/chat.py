@@ -30,7 +30,8 @@ class Chat:
         loading, self.source = trained_model_config(config, scratch, model_folder)
         self.tokenizer = load_tokenizer(loading.model)
         data = config.data
-        self.template = get_template(data.template, self.tokenizer, data.tool_format, data.default_system)
+        self.template = get_template(data.template, self.tokenizer, data.tool_format, data.default_system,
+                                     data.tool_date)
         self.model = load_eval_model(loading, self.tokenizer, None)
         self.eos_ids = eos_token_ids(self.tokenizer, self.model) | self._stop_word_ids()
         self.settings = generation_config(config, self.tokenizer, self.eos_ids)

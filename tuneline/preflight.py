@@ -52,4 +52,16 @@ def template_problems(config: RunConfig) -> list[str]:
     if data.tool_format and data.tool_format not in TOOL_FORMATS:
         problems.append(f"'tool_format: {data.tool_format}' is not known{did_you_mean(data.tool_format, TOOL_FORMATS)}; "
                         f"use one of {', '.join(sorted(TOOL_FORMATS))}")
+    if data.tool_date and not _is_tool_date(data.tool_date):
+        problems.append(f"'tool_date: {data.tool_date}' is not a date as llama3's tool prompt writes it; "
+                        "use day, month abbreviation and year, e.g. '26 Jul 2024'")
     return problems
+
+
+def _is_tool_date(text: str) -> bool:
+    from datetime import datetime
+
+    try:
+        return datetime.strptime(str(text), "%d %b %Y").strftime("%d %b %Y") == str(text)
+    except ValueError:
+        return False

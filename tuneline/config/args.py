@@ -83,6 +83,8 @@ class DataArgs:
     packing: bool | None = arg(None, "Pack several examples per sequence without cross-attention.")
     neat_packing: bool = arg(False, "LLaMA-Factory's leak-free packing switch (tuneline packs leak-free always).")
     tool_format: str | None = arg(None, "Tool-call format of the template.")
+    tool_date: str | None = arg(None, "Date llama3's tool prompt writes, e.g. '26 Jul 2024'; unset: the day the "
+                                      "dataset is built (a cached dataset keeps its date).")
     default_system: str | None = arg(None, "System prompt used when a row has none.")
     tokenized_path: str | None = arg(None, "Explicit location of the tokenized-dataset cache entry.")
     on_bad_rows: str = arg("stop", "Malformed rows: stop with an error, or skip and report.", ("stop", "skip"))

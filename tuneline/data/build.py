@@ -151,7 +151,8 @@ def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str,
     if bad and config.data.on_bad_rows != "skip":  # row checks stop before anything is tokenized
         raise bad_row_error(bad)
     tokenizer = load_tokenizer(config.model)
-    template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system)
+    template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system,
+                            config.data.tool_date)
     train, train_bad, truncated = _encode(config, mix(config, train_loaded), tokenizer, template)
     evaluation, eval_bad = None, []
     if eval_loaded:

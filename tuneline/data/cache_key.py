@@ -21,7 +21,7 @@ from tuneline.model.tokenizer import tokenizer_fingerprint
 PROCESSING_CODE = Path(__file__).resolve().parent  # tuneline/data: every module that shapes the rows
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
-    "interleave_probs", "default_system", "tool_format", "preprocessing_batch_size", "on_bad_rows",
+    "interleave_probs", "default_system", "tool_format", "tool_date", "preprocessing_batch_size", "on_bad_rows",
     "preprocessing_num_workers",  # workers shard the rows, so pt blocks and kto's mismatched pairs move
 )
 

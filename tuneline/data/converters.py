@@ -14,6 +14,7 @@ from typing import Any
 
 from tuneline.data.readers import BadRow, Row
 from tuneline.data.registry import DatasetAttr
+from tuneline.data.tools import ToolDataError, check_call_content, load_tools
 from tuneline.errors import DataError
 
 PROMPT_ROLES = ("user", "observation")
@@ -92,8 +93,26 @@ def _text(data: dict, column: str | None, required: bool = True, empty_reason: s
 
 
 def _tools(data: dict, column: str | None) -> str:
+    """The row's tool list as JSON text, kept as written when it is text ("[]": none, as LLaMA-Factory reads it)."""
     value = _value(data, column, (str, list, dict))
+    try:
+        load_tools(value)
+    except ToolDataError as exc:
+        raise _Bad("bad tool list", column, str(exc)) from None
     return json.dumps(value, ensure_ascii=False) if isinstance(value, (list, dict)) else (value or "")
+
+
+def _check_tool_turns(messages: list[dict], column: str | None) -> None:
+    """Every function message holds calls a template can write, and every observation answers a call."""
+    for i, message in enumerate(messages):
+        if message["role"] == "function":
+            try:
+                check_call_content(message["content"])
+            except ToolDataError as exc:
+                raise _Bad("bad function call", column, f"message {i + 1}: {exc}") from None
+        elif message["role"] == "observation" and (i == 0 or messages[i - 1]["role"] != "function"):
+            raise _Bad("observation without a call", column,
+                       f"message {i + 1} is a tool's result, but the message before it is not a function call")
 
 
 def _kto_tag(attr: DatasetAttr, data: dict, stage: str) -> bool | None:
@@ -178,6 +197,7 @@ def _aligned(attr: DatasetAttr, data: dict) -> tuple[list[dict], str]:
         messages.append(_msg(roles[tag], content))
     if not messages:
         raise _Bad("empty response", column, "the conversation has no messages")
+    _check_tool_turns(messages, column)
     return messages, system
 
 
@@ -189,6 +209,8 @@ def _pair_answer(attr: DatasetAttr, data: dict, column: str) -> dict:
         raise _Bad("roles out of order", column, f"a chosen/rejected answer must have an assistant role, not '{tag}'")
     if not content.strip():
         raise _Bad("empty response", column, "the text is empty")
+    if role == "function":
+        _check_tool_turns([_msg(role, content)], column)
     return _msg(role, content)
 
 

@@ -54,7 +54,8 @@ def preview(config: RunConfig, n: int = 2) -> str:
 
     tokenizer = load_tokenizer(config.model)
     data = config.data
-    template = get_template(data.template, tokenizer, data.tool_format, data.default_system)
+    template = get_template(data.template, tokenizer, data.tool_format, data.default_system,
+                            data.tool_date)
     loaded = load_examples(config, config.dataset_names[:1])
     examples = loaded.per_dataset[0][:n] if loaded.per_dataset else []
     header = [f"template: {template.name}; stage: {config.stage}; cutoff_len: {data.cutoff_len}; "

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneline.data.packing import pack_examples
+from tuneline.data.readers import BadRow
 from tuneline.data.templates import Template, batch_ids
+from tuneline.data.tools import ToolDataError
+from tuneline.errors import DataError
 
 IGNORE = -100
 
@@ -58,7 +61,21 @@ class Encoder:
     packing: bool = False
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
-        return STAGE_ENCODERS[self.stage](self, batch)
+        try:
+            return STAGE_ENCODERS[self.stage](self, batch)
+        except ToolDataError:  # a call this template's tool format cannot write: name the row
+            raise DataError(self.tool_problem(batch)) from None
+
+    def tool_problem(self, batch: dict[str, list]) -> str:
+        for i, (messages, system, tools) in enumerate(self.conversations(batch)):
+            try:
+                self.template.pieces(messages, system, tools)
+            except ToolDataError as exc:
+                where = BadRow(batch.get("_file", ["?"] * (i + 1))[i], batch.get("_row", [0] * (i + 1))[i],
+                               "bad function call", detail=f"{exc} (template '{self.template.name}', tool format "
+                                                           f"'{self.template.tool_format}')")
+                return where.message()
+        return "a function call this template's tool format cannot write"
 
     # --- shared pieces
     def conversations(self, batch: dict[str, list], responses: list[list[dict]] | None = None) -> list:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuneline.data.templates import BOS, EOS, Template, template_from_tokenizer
-from tuneline.data.tools import TOOL_FORMATS
+from tuneline.data.templates import BOS, EOS, Special, Template, template_from_tokenizer
+from tuneline.data.tools import TOOL_FORMATS, tool_date
 from tuneline.errors import ConfigError, did_you_mean
 
 
@@ -81,11 +81,10 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("gemma3", **_GEMMA),
     Template("deepseek3", **_DEEPSEEK),
     Template("deepseekr1", **_DEEPSEEK, reasoning=True),
-    # glm4: LLaMA-Factory's glm4 tool format is not in tools.py; tools use the default format here
     Template("glm4", user=("<|user|>\n{{content}}<|assistant|>",), assistant=("\n{{content}}",),
              system=("<|system|>\n{{content}}",), function=("{{content}}",),
              observation=("<|observation|>\n{{content}}<|assistant|>",), prefix=("[gMASK]<sop>",),
-             stop_words=("<|user|>", "<|observation|>"), efficient_eos=True),
+             stop_words=("<|user|>", "<|observation|>"), efficient_eos=True, tool_format="glm4"),
     Template("baichuan2", user=("<reserved_106>{{content}}<reserved_107>",), efficient_eos=True),
     Template("cohere", user=(_COHERE_TURN.format(role="USER") + "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",),
              system=(_COHERE_TURN.format(role="SYSTEM"),), prefix=(BOS,)),
@@ -97,8 +96,12 @@ AUTO = ("auto", None, "")
 
 
 def get_template(name: str | None, tokenizer, tool_format: str | None = None,
-                 default_system: str | None = None) -> Template:
-    """A named built-in template, or (None/'auto') one read from the tokenizer's own chat template."""
+                 default_system: str | None = None, today: str | None = None) -> Template:
+    """A named built-in template, or (None/'auto') one read from the tokenizer's own chat template.
+
+    `tool_format` replaces the template's tool list and call writing as LLaMA-Factory's key does, function turns
+    then ending like a plain answer (content and eos, eos being the first stop word where LLaMA-Factory replaces
+    it). `today` is the date a tool prompt may write (`tool_date`; default: the day this is called)."""
     if name in AUTO:
         template = template_from_tokenizer(tokenizer) or TEMPLATES["empty"]
     elif name in TEMPLATES:
@@ -106,11 +109,12 @@ def get_template(name: str | None, tokenizer, tool_format: str | None = None,
     else:
         raise ConfigError(f"template '{name}' is not known{did_you_mean(name, TEMPLATES)}; "
                           f"use one of {sorted(TEMPLATES)} or 'auto' for the tokenizer's own")
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {"today": tool_date(today)}
     if tool_format:
         if tool_format not in TOOL_FORMATS:
             raise ConfigError(f"tool_format '{tool_format}' is not known; use one of {sorted(TOOL_FORMATS)}")
-        changes["tool_format"] = tool_format
+        eos = Special(template.stop_words[0]) if template.replace_eos else EOS
+        changes.update(tool_format=tool_format, function=("{{content}}",) if template.efficient_eos else ("{{content}}", eos))
     if default_system is not None:
         changes["default_system"] = default_system
-    return template.replace(**changes) if changes else template
+    return template.replace(**changes)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneline.data.tools import TOOL_FORMATS
+from tuneline.data.tools import TOOL_FORMATS, FunctionCall, parse_calls, tool_date
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,8 @@ class Special:
 
 BOS, EOS = Special("bos"), Special("eos")
 Slots = tuple[Any, ...]  # str with {{content}}, or Special
-THOUGHT_OPEN, THOUGHT_CLOSE = "<think>\n", "\n</think>\n\n"
-EMPTY_THOUGHT = THOUGHT_OPEN + THOUGHT_CLOSE
-_THOUGHT = re.compile(re.escape(THOUGHT_OPEN) + ".*?" + re.escape(THOUGHT_CLOSE), re.DOTALL)
+THOUGHT_WORDS = ("<think>\n", "\n</think>\n\n")
+TOOL_CALL_WORDS = ("<tool_call>", "</tool_call>")
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,9 @@ class Template:
     replace_eos: bool = False  # LLaMA-Factory makes stop_words[0] the eos; see the module docstring
     reasoning: bool = False  # answers without a thought get an empty one, trained on (qwen3, deepseekr1)
     tool_format: str = "default"
+    thought_words: tuple[str, str] = THOUGHT_WORDS
+    tool_call_words: tuple[str, str] = TOOL_CALL_WORDS  # a function message's calls may sit between these
+    today: str | None = None  # the date llama3's tool prompt writes; None: today's
     pt_eos: str | None = None  # document separator for pt when not the tokenizer's eos
     slots: dict[str, Slots] = field(default_factory=dict, compare=False)
 
@@ -72,7 +74,6 @@ class Template:
         """With `drop_history_thoughts` a reasoning template strips the thoughts of every answer but the last and
         adds no empty thought to them (LLaMA-Factory's one-turn encoding, and multi-turn with mask_history)."""
         system = system or self.default_system
-        tool_format = TOOL_FORMATS[self.tool_format]
         out = []
         for i, message in enumerate(messages):
             elements: list = []
@@ -80,23 +81,41 @@ class Template:
             if i == 0:
                 elements += list(self.prefix)
                 if system or tools:
-                    sys_text = system + (tool_format.tools(tools) if tools else "")
+                    sys_text = system + (self.tool_text(tools) if tools else "")
                     sys_slots = _fill(self.slots["system"], sys_text)
                     if self.fuse_system:
                         content = "".join(s for s in sys_slots if isinstance(s, str)) + content
                     else:
                         elements += sys_slots
             if self.reasoning and i % 2:
+                opening, closing = self.thought_words
                 if drop_history_thoughts and i < len(messages) - 1:
-                    content = _THOUGHT.sub("", content).lstrip("\n")
-                elif THOUGHT_OPEN.strip() not in content and THOUGHT_CLOSE.strip() not in content:
-                    elements.append(EMPTY_THOUGHT)
+                    thought = re.compile(re.escape(opening) + ".*?" + re.escape(closing), re.DOTALL)
+                    content = thought.sub("", content).lstrip("\n")
+                elif opening.strip() not in content and closing.strip() not in content:
+                    elements.append(opening + closing)
             role = message["role"]
             if role == "function":
-                content = tool_format.call(content)
+                content = self.function_text(content)
             elements += _fill(self.slots[role], content, idx=str(i // 2))
             out.append(elements)
         return out
+
+    def tool_text(self, tools: str) -> str:
+        """The tool list as this template's tool format writes it into the system turn."""
+        return TOOL_FORMATS[self.tool_format].tool_text(tools, self.today or tool_date())
+
+    def function_text(self, content: str) -> str:
+        """A function message (call JSON, maybe after a thought or inside the tool-call words) in the model's words.
+        Templates that put the system text in the first user turn read the call JSON alone, as LLaMA-Factory's
+        Llama2Template does."""
+        words = (None, None) if self.fuse_system else (self.thought_words, self.tool_call_words)
+        before, calls = parse_calls(content, *words)
+        return before + TOOL_FORMATS[self.tool_format].calls(calls)
+
+    def extract_calls(self, answer: str) -> str | list[FunctionCall]:
+        """The tool calls in a generated answer (LLaMA-Factory's `extract_tool`), or the answer when it makes none."""
+        return TOOL_FORMATS[self.tool_format].extract(answer)
 
     # --- pieces -> ids, tokenizing every text piece of a batch in one call
     def encode_many(self, tokenizer, conversations: list[tuple[list[dict], str | None, str | None]],

@@ -81,7 +81,7 @@ def test_default_tool_format_writes_action_lines(char_tokenizer):
     template = get_template("default", char_tokenizer)
     msgs = [{"role": "user", "content": "x"}, {"role": "function", "content": '{"name": "f", "arguments": {}}'}]
     _, answer = template.encode_oneturn(char_tokenizer, msgs)
-    assert answer == ids("Action: f\nAction Input: {}\n") + [EOS] + ids("\n")
+    assert answer == ids("Action: f\nAction Input: {}") + [EOS] + ids("\n")
 
 
 def test_overrides_and_unknown_name(char_tokenizer):
@@ -278,7 +278,7 @@ def test_replacing_eos_changes_no_ids(name, char_tokenizer):
 def test_auto_without_a_chat_template_is_empty(char_tokenizer):
     tokenizer = copy.deepcopy(char_tokenizer)
     tokenizer.chat_template = None
-    assert get_template("auto", tokenizer) is TEMPLATES["empty"]
+    assert get_template("auto", tokenizer).replace(today=None) == TEMPLATES["empty"]
 
 
 def test_an_empty_tool_list_writes_no_tool_section():
