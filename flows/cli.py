@@ -3,7 +3,7 @@
     tuneline train examples/sft_lora_demo.yaml learning_rate=5e-5 max_steps=20 [--no-cache]
     tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
     tuneline tiny-model OUT_DIR [--preset demo]   tuneline export CONFIG [key=value ...]
-    tuneline chat CONFIG [key=value ...] [--prompt TEXT]
+    tuneline chat CONFIG [key=value ...] [--prompt TEXT] [--tools TOOLS_JSON]
     tuneline retrain CONFIG REGISTERED_MODEL [key=value ...] [--force] [--metric eval_loss] [--min-delta 0]
     tuneline sweep CONFIG [key=value ...] --grid learning_rate=1e-4,5e-5 pref_beta=0.1,0.3 [--max-parallel 2]
     tuneline serve [PREFECT_YAML]                 (every deployment of deployments/prefect.yaml, one process)
@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--no-cache", action="store_true", help="rerun every step (refresh_cache=true)")
         if name == "chat":
             cmd.add_argument("--prompt", help="answer this one message and exit (default: a conversation on stdin)")
+            cmd.add_argument("--tools", metavar="FILE", help="a JSON file holding the tool list the model may call; "
+                                                             "its calls are shown, their result is read at "
+                                                             "'Observation: '")
         if name == "preview":
             cmd.add_argument("-n", type=int, default=2, help="examples to show")
     retrain = sub.add_parser("retrain", help="train on new data only, promote only a better model")
@@ -126,13 +129,15 @@ def _chat(args) -> int:
     import tempfile
     from pathlib import Path
 
-    from tuneline.chat import Chat, chat_loop
+    from tuneline.chat import Chat, calls_line, chat_loop, read_tools
 
     config = checked_config(args.config, args.overrides)
+    tools = read_tools(args.tools) if args.tools is not None else None
     with tempfile.TemporaryDirectory() as scratch:
-        chat = Chat(config, Path(scratch))
+        chat = Chat(config, Path(scratch), tools=tools, tools_source=args.tools or "the tool list")
         if args.prompt is not None:
-            print(chat.reply([{"role": "user", "content": args.prompt}]))
+            answer = chat.respond([{"role": "user", "content": args.prompt}])
+            print(calls_line(answer.calls) if answer.calls else answer.text)
         else:
             chat_loop(chat, input, sys.stdout.write)
     return 0

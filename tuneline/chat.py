@@ -1,23 +1,67 @@
 """`tuneline chat CONFIG`: talk to the trained model through its training template, as `llamafactory-cli chat`
 does. The model is the one `tuneline export` would merge (output_dir, else the config's finished MLflow run, else
-the adapters the config names); the answers follow the config's generating keys."""
+the adapters the config names); the answers follow the config's generating keys.
+
+`tuneline chat CONFIG --tools tools.json` gives the model a tool list, written into the prompt in the template's tool
+format; the calls an answer makes are read back out of it (LLaMA-Factory's `extract_tool`) and shown as JSON, and
+the user plays the tools: their result, typed at `Observation: `, is the next message the model answers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import NamedTuple
 
 from tuneline.config import RunConfig
-from tuneline.errors import ConfigError
+from tuneline.data.tools import ToolDataError, calls_as_json, load_tools
+from tuneline.errors import ConfigError, UserError
 from tuneline.trained_model import trained_model_config
 
 CLEAR, EXIT = "clear", "exit"
+TOOLS_TITLE = "cannot use the tool list"
+
+
+class Answer(NamedTuple):
+    """A generated answer: its text as decoded, and the tool calls it makes, `{"name", "arguments"}` with the
+    arguments parsed where they are JSON ([] when it makes none, or when no tools were offered)."""
+
+    text: str
+    calls: list[dict]
+
+
+def tool_specs(tools, where: str) -> list[dict]:
+    """A tool list given as a list of specs (plain, or {"type": "function", "function": {...}}) or as JSON text of
+    one, checked; [] for none. UserError naming `where` and what is wrong otherwise."""
+    try:
+        return load_tools(tools)
+    except ToolDataError as exc:
+        raise UserError(f"{where}: {exc}", title=TOOLS_TITLE) from None
+
+
+def read_tools(path: str | Path) -> list[dict]:
+    """The tool list in the JSON file `path`, read before the model loads, so that a bad file costs no loading."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}", title=TOOLS_TITLE) from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text; it must hold a JSON list of tools", title=TOOLS_TITLE) from None
+    if not text.strip():
+        raise UserError(f"{path}: the file is empty; it must hold a JSON list of tools", title=TOOLS_TITLE)
+    return tool_specs(text, str(path))
+
+
+def calls_line(calls: list[dict]) -> str:
+    return f"Tool calls: {json.dumps(calls, ensure_ascii=False)}"
 
 
 class Chat:
-    """A loaded model and its template; `reply` answers the conversation so far. `model_folder` names the trained
-    folder (a registered MLflow model's) instead of looking for the config's."""
+    """A loaded model and its template; `respond` answers the conversation so far. `model_folder` names the trained
+    folder (a registered MLflow model's) instead of looking for the config's. `tools` is the tool list of every
+    conversation (as for `tool_specs`), checked before the model loads; `tools_source` names it in errors."""
 
-    def __init__(self, config: RunConfig, scratch: Path | None = None, model_folder: Path | None = None):
+    def __init__(self, config: RunConfig, scratch: Path | None = None, model_folder: Path | None = None,
+                 tools: list | str | None = None, tools_source: str = "the tool list"):
         from tuneline.data import get_template
         from tuneline.evaluation.generation import eos_token_ids
         from tuneline.evaluation.loading import load_eval_model
@@ -32,6 +76,7 @@ class Chat:
         data = config.data
         self.template = get_template(data.template, self.tokenizer, data.tool_format, data.default_system,
                                      data.tool_date)
+        self.tools = self.prompt_tools(tools, tools_source)
         self.model = load_eval_model(loading, self.tokenizer, None)
         self.eos_ids = eos_token_ids(self.tokenizer, self.model) | self._stop_word_ids()
         self.settings = generation_config(config, self.tokenizer, self.eos_ids)
@@ -42,33 +87,82 @@ class Chat:
         vocab = self.tokenizer.get_vocab()
         return {vocab[word] for word in self.template.stop_words if word in vocab}
 
-    def reply(self, messages: list[dict], system: str | None = None) -> str:
+    def prompt_tools(self, tools, where: str) -> str | None:
+        """The JSON text of a tool list as templates take it (None for none), written once in the template's tool
+        format here so that a list it cannot write is refused before anything is generated."""
+        specs = tool_specs(tools, where)
+        if not specs:
+            return None
+        text = json.dumps(specs, ensure_ascii=False)
+        try:
+            self.template.tool_text(text)
+        except (ToolDataError, AttributeError, KeyError, TypeError) as exc:
+            raise UserError(f"{where}: the '{self.template.tool_format}' tool format cannot write it ({exc!r}); a "
+                            "tool's 'parameters' must be a JSON schema object, each of its 'properties' an object",
+                            title=TOOLS_TITLE) from None
+        return text
+
+    def respond(self, messages: list[dict], system: str | None = None, tools=None,
+                tools_source: str = "'tools'") -> Answer:
+        """The answer to the conversation so far and the calls it makes; `tools` (a tool list or its JSON text)
+        replaces the conversation's own for this answer. Calls are looked for only when tools were offered, so a
+        plain answer that happens to read like one stays an answer."""
         from tuneline.evaluation.generation import generate_batches
 
-        prompt, _ = self.template.encode_oneturn(self.tokenizer, [*messages, {"role": "assistant", "content": ""}],
-                                                 system)
-        [answer] = generate_batches(self.model, [prompt], self.settings, self.tokenizer.pad_token_id, self.eos_ids, 1)
-        return self.tokenizer.decode(answer, skip_special_tokens=self.skip_special_tokens).strip()
+        tools = self.tools if tools is None else self.prompt_tools(tools, tools_source)
+        prompt = self._prompt(messages, system, tools)
+        [ids] = generate_batches(self.model, [prompt], self.settings, self.tokenizer.pad_token_id, self.eos_ids, 1)
+        text = self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens).strip()
+        calls = self.template.extract_calls(text) if tools else text
+        return Answer(text, calls_as_json(calls) if isinstance(calls, list) else [])
+
+    def reply(self, messages: list[dict], system: str | None = None) -> str:
+        """The answer's text alone."""
+        return self.respond(messages, system).text
+
+    def _prompt(self, messages: list[dict], system: str | None, tools: str | None) -> list[int]:
+        """The prompt ids, up to the answer's opening; a function message that is no call is the caller's error."""
+        try:
+            prompt, _ = self.template.encode_oneturn(self.tokenizer, [*messages, {"role": "assistant", "content": ""}],
+                                                     system, tools)
+        except ToolDataError as exc:
+            raise UserError(f"a function message cannot be written: {exc}", title="cannot answer") from None
+        return prompt
 
 
 def chat_loop(chat: Chat, read, write) -> None:
-    """Turn after turn until `exit` or end of input; `clear` starts a new conversation."""
+    """Turn after turn until `exit` or end of input; `clear` starts a new conversation. An answer that calls tools
+    is shown as its calls, which join the conversation as a function message, and what is typed next is their
+    result (an observation message), answered in turn."""
     history: list[dict] = []
     write(f"chatting with {chat.source or 'the adapters the config names'}; '{CLEAR}' starts over, '{EXIT}' "
           "ends\n")
+    role = "user"
     while True:
         try:
-            said = read("User: ").strip()
+            said = read("Observation: " if role == "observation" else "User: ").strip()
         except EOFError:
             return
         if said == EXIT:
             return
         if said == CLEAR:
-            history = []
+            history, role = [], "user"
             continue
         if not said:
             continue
-        history.append({"role": "user", "content": said})
-        answer = chat.reply(history)
-        history.append({"role": "assistant", "content": answer})
-        write(f"Assistant: {answer}\n")
+        history.append({"role": role, "content": said})
+        answer = chat.respond(history)
+        if _answerable(answer.calls):
+            history.append({"role": "function", "content": json.dumps(answer.calls, ensure_ascii=False)})
+            write(calls_line(answer.calls) + "\n")
+            role = "observation"
+        else:
+            history.append({"role": "assistant", "content": answer.text})
+            write(f"Assistant: {answer.text}\n")
+            role = "user"
+
+
+def _answerable(calls: list[dict]) -> bool:
+    """Calls a function message can carry back to the model: the template writes arguments that are objects, so
+    a call with other arguments is left as the answer's text."""
+    return bool(calls) and all(isinstance(call["arguments"], dict) for call in calls)

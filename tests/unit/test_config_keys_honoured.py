@@ -90,7 +90,7 @@ VALUES: dict[str, Any] = {
     "model_name_or_path": "<model2>", "adapter_name_or_path": "<adapter>", "adapter_folder": "<adapter>",
     "cache_dir": "<tmp>/hub", "model_revision": "v2", "hf_hub_token": "hf_token", "add_special_tokens": "<|x|>",
     "export_dir": "<tmp>/export", "dataset": "demo_sharegpt", "eval_dataset": "demo_sft_eval",
-    "dataset_dir": "<data2>", "template": "chatml", "val_size": 4, "tool_format": "qwen", "max_samples": 8,
+    "dataset_dir": "<data2>", "template": "chatml", "val_size": 4, "tool_format": "qwen", "tool_date": "26 Jul 2024", "max_samples": 8,
     "default_system": "Be brief.", "tokenized_path": "<tmp>/tokenized", "pad_to_multiple_of": 8,
     "interleave_probs": "0.3,0.7", "lora_target": "q_proj,v_proj", "additional_target": "lm_head", "lora_alpha": 4,
     "loraplus_lr_ratio": 4.0, "freeze_trainable_layers": 1, "freeze_trainable_modules": "mlp",

@@ -30,6 +30,13 @@ _IM = _turns("<|im_start|>", "\n", "<|im_end|>\n")
 _QWEN = dict(_IM, observation=("<|im_start|>user\n<tool_response>\n{{content}}\n</tool_response><|im_end|>\n"
                                "<|im_start|>assistant\n",),
              stop_words=("<|im_end|>",), replace_eos=True, tool_format="qwen")
+_QWEN35 = dict(_QWEN, tool_format="qwen3_5")
+_GLM4 = dict(user=("<|user|>\n{{content}}<|assistant|>",), assistant=("\n{{content}}",), system=("<|system|>\n{{content}}",),
+             function=("{{content}}",), observation=("<|observation|>\n{{content}}<|assistant|>",),
+             prefix=("[gMASK]<sop>",), stop_words=("<|user|>", "<|observation|>"), efficient_eos=True)
+_MINIMAX1_TURN = "<beginning_of_sentence>{head}\n{{{{content}}}}<end_of_sentence>\n"
+_MINIMAX1_ANSWER = "<beginning_of_sentence>ai name=assistant\n"
+_GEMMA4_TURN = "<|turn>{role}\n{{{{content}}}}<turn|>\n"
 _LLAMA3 = _turns("<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>", tool_role="ipython")
 _LLAMA4 = _turns("<|header_start|>", "<|header_end|>\n\n", "<|eot|>", tool_role="ipython")
 _GEMMA = dict(_turns("<start_of_turn>", "\n", "<end_of_turn>\n", tool_role="tool", answer_role="model"),
@@ -81,10 +88,37 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("gemma3", **_GEMMA),
     Template("deepseek3", **_DEEPSEEK),
     Template("deepseekr1", **_DEEPSEEK, reasoning=True),
-    Template("glm4", user=("<|user|>\n{{content}}<|assistant|>",), assistant=("\n{{content}}",),
-             system=("<|system|>\n{{content}}",), function=("{{content}}",),
-             observation=("<|observation|>\n{{content}}<|assistant|>",), prefix=("[gMASK]<sop>",),
-             stop_words=("<|user|>", "<|observation|>"), efficient_eos=True, tool_format="glm4"),
+    Template("glm4", **_GLM4, tool_format="glm4"),
+    Template("glm4_moe", **_GLM4, tool_format="glm4_moe", reasoning=True),
+    Template("qwen3_5", **_QWEN35, reasoning=True),
+    Template("qwen3_5_nothink", **_QWEN35),
+    Template("lfm2", **dict(_QWEN, tool_format="lfm2", observation=(
+        "<|im_start|>tool\n<|tool_response_start|>{{content}}<|tool_response_end|><|im_end|>\n<|im_start|>assistant\n",)),
+             default_system="You are a helpful AI assistant.",
+             tool_call_words=("<|tool_call_start|>", "<|tool_call_end|>")),
+    Template("minimax1", user=(_MINIMAX1_TURN.format(head="user name=user") + _MINIMAX1_ANSWER,),
+             assistant=("{{content}}<end_of_sentence>\n",),
+             system=(_MINIMAX1_TURN.format(head="system ai_setting=assistant"),),
+             observation=(_MINIMAX1_TURN.format(head="tool name=tools") + _MINIMAX1_ANSWER,),
+             default_system="You are a helpful assistant.", stop_words=("<end_of_sentence>",), tool_format="minimax1"),
+    Template("minimax2", user=("]~b]user\n{{content}}[e~[\n]~b]ai\n",), assistant=("{{content}}[e~[\n",),
+             system=("]~!b[]~b]system\n{{content}}[e~[\n",),
+             observation=("]~b]tool\n<response>{{content}}</response>[e~[\n]~b]ai\n",),
+             default_system="You are a helpful assistant. Your name is MiniMax-M2.1 and is built by MiniMax.",
+             stop_words=("[e~[",), tool_format="minimax2", reasoning=True),
+    Template("seed_oss", user=(BOS, "user\n{{content}}", EOS, BOS, "assistant\n"), system=(BOS, "system\n{{content}}", EOS),
+             function=(BOS, "\n{{content}}", EOS), tool_format="seed_oss", reasoning=True,
+             thought_words=("<seed:think>", "</seed:think>")),
+    Template("bailing_v2", user=("<role>HUMAN</role>{{content}}<|role_end|><role>ASSISTANT</role>",),
+             assistant=("{{content}}<|role_end|>",), system=("<role>SYSTEM</role>{{content}}<|role_end|>",),
+             observation=("<role>OBSERVATION</role>\n<tool_response>\n{{content}}\n</tool_response><|role_end|>"
+                          "<role>ASSISTANT</role>",),
+             stop_words=("<|endoftext|>",), efficient_eos=True, tool_format="ling"),
+    Template("gemma4", user=(_GEMMA4_TURN.format(role="user") + "<|turn>model\n",), assistant=("{{content}}<turn|>\n",),
+             system=("<|turn>system\n<|think|>{{content}}<turn|>\n",),
+             observation=(_GEMMA4_TURN.format(role="tool") + "<|turn>model\n",), function=("<|tool>{{content}}<tool|>",),
+             prefix=(BOS,), default_system="You are a helpful assistant.", stop_words=("<turn|>",), replace_eos=True,
+             reasoning=True, thought_words=("<|channel>thought\n", "<channel|>"), tool_format="gemma4"),
     Template("baichuan2", user=("<reserved_106>{{content}}<reserved_107>",), efficient_eos=True),
     Template("cohere", user=(_COHERE_TURN.format(role="USER") + "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",),
              system=(_COHERE_TURN.format(role="SYSTEM"),), prefix=(BOS,)),

@@ -4,7 +4,8 @@ A template says, per role, which text surrounds a message (`{{content}}` marks t
 tokenizer's bos/eos tokens go. Each message is encoded on its own, so the ids of a conversation are the
 concatenation of the ids of its turns: encoding turn by turn gives the same ids as encoding it whole, and the
 prompt/response boundary of every turn is exact (that is what label masking needs). The built-in templates are
-declared in `template_catalog.py`; `template: auto` (or unset) derives one from the tokenizer's own chat template.
+declared in `template_catalog.py`; `template: auto` (or unset) derives one from the tokenizer's own chat template,
+which also writes that template's tool conversations itself (`native_tools.py`) unless `tool_format` is set.
 
 The tokenizer is used as loaded. LLaMA-Factory also makes a `replace_eos` template's first stop word the tokenizer's
 eos and adds stop words it lacks as new tokens; tuneline does not, because the build, train and evaluate steps each
@@ -20,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneline.data.native_tools import NativeTools, probe, uses_tools
 from tuneline.data.tools import TOOL_FORMATS, FunctionCall, parse_calls, tool_date
 
 
@@ -51,12 +53,14 @@ class Template:
     fuse_system: bool = False  # system text is put inside the first user turn (mistral, llama2)
     replace_eos: bool = False  # LLaMA-Factory makes stop_words[0] the eos; see the module docstring
     reasoning: bool = False  # answers without a thought get an empty one, trained on (qwen3, deepseekr1)
-    tool_format: str = "default"
+    tool_format: str = "default"  # with `native`: the format that reads the chat template's calls back
     thought_words: tuple[str, str] = THOUGHT_WORDS
     tool_call_words: tuple[str, str] = TOOL_CALL_WORDS  # a function message's calls may sit between these
     today: str | None = None  # the date llama3's tool prompt writes; None: today's
     pt_eos: str | None = None  # document separator for pt when not the tokenizer's eos
     slots: dict[str, Slots] = field(default_factory=dict, compare=False)
+    # the tokenizer's chat template, which writes conversations with tools (auto templates); None: the slots do
+    native: NativeTools | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         assistant = self.assistant or (("{{content}}",) if self.efficient_eos else ("{{content}}", EOS))
@@ -66,14 +70,21 @@ class Template:
         )
 
     def replace(self, **changes) -> Template:
+        """A changed copy; a `tool_format` given here (the config's key) writes tools with that format's slots, not
+        with the tokenizer's chat template."""
+        if "tool_format" in changes:
+            changes.setdefault("native", None)
         return dataclasses.replace(self, slots={}, **changes)
 
     # --- messages -> pieces (text or token ids), one list per message
     def pieces(self, messages: list[dict], system: str | None, tools: str | None,
                drop_history_thoughts: bool = False) -> list[list]:
         """With `drop_history_thoughts` a reasoning template strips the thoughts of every answer but the last and
-        adds no empty thought to them (LLaMA-Factory's one-turn encoding, and multi-turn with mask_history)."""
+        adds no empty thought to them (LLaMA-Factory's one-turn encoding, and multi-turn with mask_history). A
+        conversation with tools under a `native` template is the chat template's render, cut into messages."""
         system = system or self.default_system
+        if self.native is not None and uses_tools(messages, tools):
+            return self.native.pieces(messages, system, tools, (self.thought_words, self.tool_call_words))
         out = []
         for i, message in enumerate(messages):
             elements: list = []
@@ -182,7 +193,8 @@ def _special_ids(tokenizer, special: Special) -> list[int]:
 
 
 def template_from_tokenizer(tokenizer) -> Template | None:
-    """Slots read off the tokenizer's jinja chat template by rendering placeholder conversations (None without one)."""
+    """Slots read off the tokenizer's jinja chat template by rendering placeholder conversations (None without one);
+    conversations with tools are left to the chat template itself where it writes tools (`native_tools.probe`)."""
     if not isinstance(getattr(tokenizer, "chat_template", None), str):
         return None
 
@@ -207,10 +219,11 @@ def template_from_tokenizer(tokenizer) -> Template | None:
     if system and len(user) > len(user_empty_sys):  # the template inserts its own system prompt
         default_system = _inserted_text(user_empty_sys, user)
         user = user[len(system.replace(mark, default_system, 1)):]
+    native, tool_format = probe(tokenizer)
     return Template(
         name="auto", user=(user,), assistant=(assistant,), system=(system,) if system else None,
         function=(assistant,), observation=(user,), prefix=(prefix,) if prefix else (),
-        default_system=default_system,
+        default_system=default_system, tool_format=tool_format, native=native,
     )
 
 

@@ -217,6 +217,20 @@ def _qwen_extract(text: str) -> str | list[FunctionCall]:
     return calls or text
 
 
+_GLM4_MOE_CALL = re.compile(r"<tool_call>([^\n<]+)(.*?)(?=</tool_call>|<tool_call>|$)", re.DOTALL)
+_GLM4_MOE_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+
+
+def _glm4_moe_extract(text: str) -> str | list[FunctionCall]:
+    """GLM-4.5's `<tool_call>name` and key/value tags. LLaMA-Factory reads these with Qwen's JSON extractor, which
+    finds no call in what its own glm4_moe writer writes; this reads what the writer (and the model) write."""
+    calls = []
+    for name, body in _GLM4_MOE_CALL.findall(text):
+        arguments = {key.strip(): _loads_or_text(raw, False) for key, raw in _GLM4_MOE_ARG.findall(body)}
+        calls.append(FunctionCall(name.strip(), _dumps(arguments)))
+    return calls or text
+
+
 def _glm4_moe_calls(calls: list[FunctionCall]) -> str:
     out = []
     for call in calls:
@@ -417,14 +431,15 @@ def _minimax2_calls(calls: list[FunctionCall]) -> str:
 
 
 def _minimax2_extract(text: str) -> str | list[FunctionCall]:
+    """The invoke blocks inside `<minimax:tool_call>` (the model's own output), or bare ones: LLaMA-Factory's writer
+    leaves the wrapper out, so a model tuned on its format answers without it."""
     block = re.search(r"<minimax:tool_call>\s*(.+?)\s*</minimax:tool_call>", text, re.DOTALL)
-    if not block:
-        return text
     calls = []
-    for name, params in re.findall(r"<invoke name=\"(.*?)\">(.*?)</invoke>", block.group(1), re.DOTALL):
+    for name, params in re.findall(r"<invoke name=\"(.*?)\">(.*?)</invoke>", block.group(1) if block else text,
+                                   re.DOTALL):
         pairs = re.findall(r"<parameter name=\"(.*?)\">(.*?)</parameter>", params, re.DOTALL)
         calls.append(FunctionCall(name.strip(), _dumps({key: _loads_or_text(raw, False) for key, raw in pairs})))
-    return calls
+    return calls if block else calls or text
 
 
 # lfm2 (LFM2.5): a Python-call list between tool-call tokens
@@ -591,7 +606,7 @@ TOOL_FORMATS: dict[str, ToolFormat] = {
     "qwen3_5": ToolFormat(_prompt_with_specs(_QWEN35_PROMPT, lambda ts: "".join("\n" + _dumps(_function(t))
                                                                                 for t in ts)),
                           _qwen35_calls, lambda text: _function_blocks(_QWEN35_CALL, text, strip_text=True)),
-    "glm4_moe": ToolFormat(_prompt_with_specs(_GLM4_MOE_PROMPT, _wrapped_lines), _glm4_moe_calls, _qwen_extract),
+    "glm4_moe": ToolFormat(_prompt_with_specs(_GLM4_MOE_PROMPT, _wrapped_lines), _glm4_moe_calls, _glm4_moe_extract),
     "seed_oss": ToolFormat(_prompt_with_specs(_SEED_PROMPT, lambda ts: "\n" + _dumps(ts)), _seed_calls,
                            lambda text: _function_blocks(_SEED_CALL, text, strip_text=False)),
     "ling": ToolFormat(_prompt_with_specs(_LING_PROMPT, _wrapped_lines), _qwen_calls, _qwen_extract),
