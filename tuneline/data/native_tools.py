@@ -59,8 +59,8 @@ def chat_message(message: dict, words: tuple[Any, Any] = (None, None)) -> dict:
 
 def _divergence(earlier: str, later: str) -> str:
     """Where two renders part, quoted briefly, so the error shows what the chat template rewrote."""
-    at = len(os.path.commonprefix([earlier, later]))
-    return f"at character {at}, {earlier[at:at + 40]!r} became {later[at:at + 40]!r}"
+    at = max(len(os.path.commonprefix([earlier, later])) - 20, 0)
+    return f"from character {at}, {earlier[at:at + 60]!r} became {later[at:at + 60]!r}"
 
 
 @dataclass(frozen=True)
