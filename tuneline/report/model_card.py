@@ -7,7 +7,6 @@ import importlib.metadata
 import math
 import os
 import platform
-import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import yaml
 
 from tuneline.config.args import GROUPS
 from tuneline.config.training_keys import TRAINING_DEFAULTS
+from tuneline.secrets import MASK, is_secret
 
 FRAMEWORKS = ("tuneline", "torch", "transformers", "peft", "accelerate", "datasets", "tokenizers",
               "mlflow", "prefect")
@@ -23,8 +23,6 @@ NOT_HYPERPARAMETERS = {"mlflow_tracking_uri", "pipeline_cache_dir", "refresh_cac
 REMOTE_CODE_NOTE = (" Loaded with `trust_remote_code: true`: the Python code in the model's repository ran, and "
                     "loading this model runs it again.")
 LOWER_IS_BETTER = {"eval_loss", "perplexity"}
-# Secrets by key name: hf_hub_token, hub_token, *_password, ... (not eval_max_new_tokens or use_fast_tokenizer).
-SECRET_KEY = re.compile(r"(^|_)(token|secret|password|api_key)$", re.IGNORECASE)
 
 
 def framework_versions() -> dict[str, str]:
@@ -47,7 +45,7 @@ def non_default_settings(config) -> dict[str, Any]:
             defaults[fld.name] = fld.default_factory() if has_factory else fld.default
     chosen = {k: v for k, v in sorted(config.flat().items())
               if k not in NOT_HYPERPARAMETERS and (k not in defaults or defaults[k] != v)}
-    return {k: ("***" if v and SECRET_KEY.search(k) else v) for k, v in chosen.items()}
+    return {k: (MASK if v and is_secret(k) else v) for k, v in chosen.items()}
 
 
 def front_matter(config) -> dict[str, Any]:
