@@ -95,9 +95,11 @@ def model_card_key(config: RunConfig, train_key: str, base_eval_fp: str, tuned_e
 
 
 def run_key(config: RunConfig, dataset_fp: str) -> str:
-    """Names one training in MLflow: the starts that resume one another's checkpoints (same resume key) share a
-    run, so a kill and a rerun with other logging, saving or output_dir continue one history."""
-    return fingerprint("run", resume_key(config, dataset_fp, reference_key(config, dataset_fp)))
+    """Names one training in MLflow: the starts that resume one another's checkpoints (same resume key, same
+    output_dir) share a run, so a kill and a rerun with other logging or saving continue one history, while the
+    same training run again into another output_dir is another training with a run of its own."""
+    where = str(config.output_dir.expanduser().resolve())
+    return fingerprint("run", resume_key(config, dataset_fp, reference_key(config, dataset_fp)), where)
 
 
 def work_key(config: RunConfig, run_key: str) -> str:

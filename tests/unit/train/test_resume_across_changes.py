@@ -65,8 +65,8 @@ def test_a_plain_resume_says_where_it_resumes(tiny_model_dir, tmp_path, caplog):
 
 
 def test_the_mlflow_run_follows_what_resumes_and_a_finished_run_the_exact_work(tiny_model_dir, tmp_path):
-    """keys.run_key (which MLflow run a start continues) moves with the resume key; keys.work_key (which finished
-    run is this config's result) with every setting of the train key."""
+    """keys.run_key (which MLflow run a start continues) moves with the resume key and output_dir; keys.work_key
+    (which finished run is this config's result) with every setting of the train key."""
     from tuneline.pipeline import keys
 
     def mlflow_keys(output_dir: Path = tmp_path / "out", **overrides) -> tuple[str, str]:
@@ -76,10 +76,11 @@ def test_the_mlflow_run_follows_what_resumes_and_a_finished_run_the_exact_work(t
 
     run_key, work_key = mlflow_keys()
     assert mlflow_keys() == (run_key, work_key)
-    for watched in ({"logging_steps": 5}, {"save_steps": 3}, {"output_dir": tmp_path / "moved"}):
+    for watched in ({"logging_steps": 5}, {"save_steps": 3}):
         resumed_run, resumed_work = mlflow_keys(**watched)
         assert resumed_run == run_key and resumed_work != work_key, watched
     assert mlflow_keys(learning_rate=1e-3)[0] != run_key  # other maths: another training, another run
+    assert mlflow_keys(tmp_path / "twin")[0] != run_key  # the same training into another folder: its own run
 
 
 def test_a_change_of_the_maths_is_refused_then_set_aside_never_deleted(tiny_model_dir, tmp_path):
