@@ -9,6 +9,7 @@ from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.pipeline import keys
 from tuneline.pipeline.record import record_training
+from tuneline.pipeline.terminal_progress import terminal_progress
 from tuneline.pipeline.train_step import train_model, training_complete, worth_retrying
 
 
@@ -68,10 +69,21 @@ def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
     logger = get_run_logger()
     progress = create_progress_artifact(progress=0.0, key="training-progress", description="training progress")
     show_progress = progress_updater(progress, logger.warning)
-    on_progress = whole_percent_steps(show_progress)
+    artifact_progress, bar = whole_percent_steps(show_progress), terminal_progress()
+
+    def on_progress(entry: dict) -> None:
+        artifact_progress(entry)
+        if bar:
+            bar(entry)
+
     fresh = config.pipeline.refresh_cache and task_run.run_count <= 1  # a retry resumes what the first began
-    result = train_model(config, dataset, reference, _train_key(config, dataset, reference, run), run.get("run_id"),
-                         run.get("tracking_uri"), on_line=logger.info, on_progress=on_progress, start_fresh=fresh)
+    try:
+        result = train_model(config, dataset, reference, _train_key(config, dataset, reference, run),
+                             run.get("run_id"), run.get("tracking_uri"), on_line=logger.info, on_progress=on_progress,
+                             start_fresh=fresh)
+    finally:
+        if bar:
+            bar.close()
     show_progress(100.0)
     record_training(run, config, result)
     return result

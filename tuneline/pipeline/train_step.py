@@ -138,6 +138,8 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
             on_progress(entries[-1])
 
     run_streaming(cmd, env, forward)
+    if on_progress and (last := progress.new_entries()):  # the end, which arrived within the last interval
+        on_progress(last[-1])
     from tuneline.train.output_dir import recorded_settings
 
     ref = {"output_dir": str(output_dir), "train_key": key, "metrics": _read_metrics(output_dir),
