@@ -88,17 +88,19 @@ class Chat:
         return {vocab[word] for word in self.template.stop_words if word in vocab}
 
     def prompt_tools(self, tools, where: str) -> str | None:
-        """The JSON text of a tool list as templates take it (None for none), written once in the template's tool
-        format here so that a list it cannot write is refused before anything is generated."""
+        """The JSON text of a tool list as templates take it (None for none), written into a prompt once here (by
+        the template's tool format, or its tokenizer's chat template) so that a list the template cannot write is
+        refused before anything is generated."""
         specs = tool_specs(tools, where)
         if not specs:
             return None
         text = json.dumps(specs, ensure_ascii=False)
+        probe = [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
         try:
-            self.template.tool_text(text)
+            self.template.encode_oneturn(self.tokenizer, probe, None, text)
         except (ToolDataError, AttributeError, KeyError, TypeError) as exc:
-            raise UserError(f"{where}: the '{self.template.tool_format}' tool format cannot write it ({exc!r}); a "
-                            "tool's 'parameters' must be a JSON schema object, each of its 'properties' an object",
+            raise UserError(f"{where}: the '{self.template.name}' template cannot write it ({exc!r}); a tool's "
+                            "'parameters' must be a JSON schema object, each of its 'properties' an object",
                             title=TOOLS_TITLE) from None
         return text
 
@@ -117,7 +119,7 @@ class Chat:
         return Answer(text, calls_as_json(calls) if isinstance(calls, list) else [])
 
     def reply(self, messages: list[dict], system: str | None = None) -> str:
-        """The answer's text alone."""
+        """The answer's text alone, for callers that offer no tools."""
         return self.respond(messages, system).text
 
     def _prompt(self, messages: list[dict], system: str | None, tools: str | None) -> list[int]:

@@ -13,16 +13,25 @@ A LoRA version holds the adapter and a reference to its base (`model_name_or_pat
 path or a hub id): loading needs that base. Any config key can be changed at load, e.g. a base moved elsewhere:
 `mlflow.pyfunc.load_model(uri, model_config={"model_name_or_path": "/models/base"})`, or for `mlflow models serve`
 `MLFLOW_PYFUNC_INFERENCE_CONFIG='{"model_name_or_path": "/models/base"}'`.
+
+A row may carry `tools` (a list of tool objects, or its JSON text): the prompt then holds them in the template's
+tool format, and the answer's calls come back parsed, `{"answer": text, "tool_calls": [{"name", "arguments"}]}`.
+Messages take the template's roles (user, assistant, function: the calls' JSON, observation: a tool's result) or
+OpenAI's (an assistant message's `tool_calls`, a `tool` message), mapped as LLaMA-Factory's API maps them.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 from tuneline.errors import UserError
 
 INPUT_HELP = ("each input row needs 'messages' (a list of {role, content}, a leading system message allowed) or "
-              "'prompt' (a string), and may set 'system' (a string)")
+              "'prompt' (a string), and may set 'system' (a string) and 'tools' (a list of tool objects)")
+ANSWER_TURNS, QUESTION_TURNS = ("assistant", "function"), ("user", "observation")
+OPENAI_ROLES = {"tool": "observation"}
 
 
 def _load_pyfunc(data_path: str, model_config: dict | None = None) -> ServedChat:
@@ -61,20 +70,74 @@ def conversation(row: dict) -> tuple[list[dict], str | None]:
     if messages and messages[0].get("role") == "system":
         first = messages.pop(0)["content"]
         system = system if system is not None else first
+    messages = [_template_message(message) for message in messages]
+    _check_turns(messages)
     return messages, system
 
 
+def row_tools(row: dict) -> list | str | None:
+    """The row's tool list as given (None when it has none: an absent column reads as NaN)."""
+    tools = row.get("tools")
+    if tools is None or (isinstance(tools, float) and math.isnan(tools)):
+        return None
+    return tools.tolist() if hasattr(tools, "tolist") else tools  # MLflow may hand a list over as a numpy array
+
+
+def _template_message(message: dict) -> dict:
+    """A message in the template's roles: an OpenAI assistant message with `tool_calls` is a function message
+    holding the calls' JSON, a `tool` message an observation."""
+    role, calls = message.get("role"), message.get("tool_calls")
+    if role == "assistant" and calls is not None and len(calls):
+        return {"role": "function", "content": json.dumps([_call(call) for call in calls], ensure_ascii=False)}
+    content = message.get("content")
+    if not isinstance(content, str):
+        raise UserError(f"a '{role}' message needs 'content' (a string); got {content!r}", title="cannot answer")
+    return {"role": OPENAI_ROLES.get(role, role), "content": content}
+
+
+def _call(call: dict) -> dict:
+    """One OpenAI tool call, `{"function": {"name", "arguments": JSON text}}`, as the `{"name", "arguments"}` a
+    function message holds."""
+    function = call.get("function") or call
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"the arguments of the tool call '{function.get('name')}' are not JSON ({exc.msg})",
+                            title="cannot answer") from None
+    return {"name": function.get("name"), "arguments": arguments}
+
+
+def _check_turns(messages: list[dict]) -> None:
+    """Turns alternate as the template writes them (LLaMA-Factory's API checks the same): a question (user or
+    observation), an answer (assistant or function), ..., ending on a question."""
+    for i, message in enumerate(messages):
+        allowed = ANSWER_TURNS if i % 2 else QUESTION_TURNS
+        if message["role"] not in allowed:
+            raise UserError(f"message {i + 1} is a '{message['role']}' message where one of {list(allowed)} comes "
+                            "(turns alternate, a question first and last; several tool results go in one message)",
+                            title="cannot answer")
+    if not messages or len(messages) % 2 == 0:
+        raise UserError("the conversation must end on a user or tool message, which the answer follows",
+                        title="cannot answer")
+
+
 class ServedChat:
-    """The pyfunc model: one answer (a string) per input row."""
+    """The pyfunc model: per input row, the answer's text and the tool calls it makes."""
 
     def __init__(self, chat):
         self.chat = chat
 
-    def predict(self, model_input, params=None) -> list[str]:
+    def predict(self, model_input, params=None) -> list[dict]:
         if hasattr(model_input, "to_dict"):  # MLflow's schema check hands over a DataFrame of the known columns
             if not {"messages", "prompt"} & set(model_input.columns):
                 raise UserError(f"{INPUT_HELP}; got none of them", title="cannot answer")
             rows = model_input.to_dict(orient="records")
         else:
             rows = list(model_input)
-        return [self.chat.reply(*conversation(row)) for row in rows]
+        return [self._answer(row) for row in rows]
+
+    def _answer(self, row: dict) -> dict:
+        answer = self.chat.respond(*conversation(row), tools=row_tools(row), tools_source="the request's 'tools'")
+        return {"answer": answer.text, "tool_calls": answer.calls}

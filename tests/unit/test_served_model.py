@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from ports import free_port
-from test_chat import greedy_answer
+from test_chat import ADD, greedy_answer, scripted_agent
 from test_export import make_adapter
 
 from tuneline import tracking
@@ -28,6 +28,10 @@ from tuneline.training_contract import die_with_parent
 
 NAME = "tiny-chat"
 QUESTION = "add two and three"
+OPENAI_TOOL_TURNS = [{"role": "user", "content": QUESTION},
+                     {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                      "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+                     {"role": "tool", "tool_call_id": "call_1", "content": "5"}]
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +67,14 @@ def test_the_champion_loads_with_mlflow_pyfunc_and_answers_through_the_training_
     uri, adapter = registered
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
-    expected = greedy_answer(tiny_model_dir, adapter, QUESTION)
+    expected = {"answer": greedy_answer(tiny_model_dir, adapter, QUESTION), "tool_calls": []}
     assert model.predict({"prompt": QUESTION}) == [expected]
     assert model.predict({"messages": [{"role": "user", "content": QUESTION}]}) == [expected]
-    assert model.metadata.get_input_schema().input_names() == ["messages", "prompt", "system"]
+    assert model.metadata.get_input_schema().input_names() == ["messages", "prompt", "system", "tools"]
 
     shorter = mlflow.pyfunc.load_model(f"models:/{NAME}/1", model_config={"max_new_tokens": 2})
-    assert expected.startswith(shorter.predict({"prompt": QUESTION})[0]), "model_config keys change the config"
+    assert expected["answer"].startswith(shorter.predict({"prompt": QUESTION})[0]["answer"]), \
+        "model_config keys change the config"
     with pytest.raises(UserError, match="LoRA adapter on the base '/nowhere/base', which is not on this machine"):
         mlflow.pyfunc.load_model(f"models:/{NAME}/1", model_config={"model_name_or_path": "/nowhere/base"})
 
@@ -86,6 +91,44 @@ def test_each_input_row_is_a_conversation():
         conversation({"question": "hi"})
     with pytest.raises(UserError, match="got none of them"):  # what MLflow's schema check leaves of unknown keys
         ServedChat(chat=None).predict(pd.DataFrame(index=[0]))
+
+
+def test_openai_tool_messages_take_the_templates_roles():
+    from tuneline.serving_model import conversation
+
+    said = [dict(message) for message in OPENAI_TOOL_TURNS]
+    assert conversation({"messages": said}) == ([
+        said[0], {"role": "function", "content": '[{"name": "add", "arguments": {"a": 2, "b": 3}}]'},
+        {"role": "observation", "content": "5"}], None)
+    with pytest.raises(UserError, match="message 2 is a 'user' message where one of \\['assistant', 'function'\\]"):
+        conversation({"messages": [said[0], said[0]]})
+    with pytest.raises(UserError, match="must end on a user or tool message"):
+        conversation({"messages": said[:2]})
+    with pytest.raises(UserError, match="the arguments of the tool call 'add' are not JSON"):
+        conversation({"messages": [said[0], {"role": "assistant", "tool_calls": [{"function": {
+            "name": "add", "arguments": "{a: 2"}}]}, said[2]]})
+
+
+def test_a_request_with_tools_answers_with_the_calls_parsed(registered, tiny_model_dir, monkeypatch):
+    """The registered model, loaded by MLflow and its signature enforced on the request; only the generated ids are
+    scripted, as a trained agent's call (chatml writes tools ReAct-style, LLaMA-Factory's `default` format)."""
+    import mlflow
+
+    uri, _ = registered
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    prompts = scripted_agent(monkeypatch, tiny_model_dir, 'Action: add\nAction Input: {"a": 2, "b": 3}', "It is 5.")
+    asked = [{"role": "user", "content": QUESTION}]
+    call = {"name": "add", "arguments": {"a": 2, "b": 3}}
+    assert model.predict({"messages": asked, "tools": [ADD]}) == [
+        {"answer": 'Action: add\nAction Input: {"a": 2, "b": 3}', "tool_calls": [call]}]
+    assert "> Tool Name: add\nTool Description: Add two numbers\n" in prompts[0]
+    assert model.predict({"messages": OPENAI_TOOL_TURNS, "tools": json.dumps([ADD])}) == [
+        {"answer": "It is 5.", "tool_calls": []}], "tools as JSON text; an answer with no call"
+    assert ('<|im_start|>assistant\nAction: add\nAction Input: {"a": 2, "b": 3}<|im_end|>\n<|im_start|>tool\n5'
+            '<|im_end|>\n<|im_start|>assistant\n') in prompts[1], "the OpenAI call and result, in chatml's words"
+    with pytest.raises(UserError, match="the request's 'tools': tool 1 of the list must be an object with a 'name'"):
+        model.predict({"prompt": QUESTION, "tools": [{"description": "adds"}]})
 
 
 def test_the_registered_files_still_load_as_the_trainers_output(registered, tiny_model_dir, tmp_path):
@@ -121,12 +164,18 @@ def test_mlflow_models_serve_answers_a_generation_request(registered, tiny_model
             except OSError:
                 assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
                 time.sleep(0.5)
-        body = json.dumps({"dataframe_records": [{"prompt": QUESTION}]}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
-                                         headers={"Content-Type": "application/json"})
-        answer = json.loads(urllib.request.urlopen(request, timeout=60).read())
+        answer = invoke(port, {"dataframe_records": [{"prompt": QUESTION}]})
+        with_tools = invoke(port, {"inputs": {"messages": OPENAI_TOOL_TURNS, "tools": [ADD]}})
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
-    assert answer == {"predictions": [greedy_answer(tiny_model_dir, adapter, QUESTION)]}
+    assert answer == {"predictions": [{"answer": greedy_answer(tiny_model_dir, adapter, QUESTION), "tool_calls": []}]}
+    [row] = with_tools["predictions"]
+    assert isinstance(row["answer"], str) and row["tool_calls"] == [], "the signature lets tools and their turns in"
+
+
+def invoke(port: int, payload: dict) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(request, timeout=60).read())

@@ -201,7 +201,7 @@ def _model_readme(loading_recipe: str, registered_name: str | None, files: str) 
     return (
         f"# Model logged by tuneline\n\nThe final model or adapter of {where}, as an MLflow model:\n\n"
         f"```python\nimport mlflow\nmodel = mlflow.pyfunc.load_model('{uri}')\n"
-        "print(model.predict({'prompt': 'Hello!'})[0])\n```\n\n"
+        "print(model.predict({'prompt': 'Hello!'})[0]['answer'])\n```\n\n"
         f"`{files}/` holds the files as the trainer saved them; they load without MLflow too:\n\n"
         f"```python\n{loading_recipe.strip()}\n```\n"
     )

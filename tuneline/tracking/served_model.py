@@ -17,14 +17,23 @@ PYFUNC = "python_function"
 
 
 def chat_signature():
-    """Input: `messages` (role, content) or `prompt`, and an optional `system`; output: the answer's text."""
+    """Input: `messages` or `prompt`, an optional `system` and an optional `tools` list; output: per row, the answer's
+    text and its tool calls. Messages may be OpenAI's (an assistant's `tool_calls`, `tool` results): MLflow's schema
+    check refuses keys it does not declare. A tool's JSON schema has keys no fixed schema names, so `tools` is any."""
     from mlflow.models import ModelSignature
-    from mlflow.types.schema import Array, ColSpec, Object, Property, Schema
+    from mlflow.types.schema import AnyType, Array, ColSpec, Object, Property, Schema
 
-    message = Object([Property("role", "string"), Property("content", "string")])
+    function = Object([Property("name", "string"), Property("arguments", "string")])
+    openai_call = Object([Property("id", "string", required=False), Property("type", "string", required=False),
+                          Property("function", function)])
+    message = Object([Property("role", "string"), Property("content", "string", required=False),
+                      Property("tool_calls", Array(openai_call), required=False),
+                      Property("tool_call_id", "string", required=False), Property("name", "string", required=False)])
     inputs = Schema([ColSpec(Array(message), "messages", required=False), ColSpec("string", "prompt", required=False),
-                     ColSpec("string", "system", required=False)])
-    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("string")]))
+                     ColSpec("string", "system", required=False), ColSpec(AnyType(), "tools", required=False)])
+    call = Object([Property("name", "string"), Property("arguments", AnyType())])
+    answer = Object([Property("answer", "string"), Property("tool_calls", Array(call))])
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec(answer)]))
 
 
 def save_served_model(model_dir: Path, dest: Path, settings: dict, requirements: list[str]) -> Path:
