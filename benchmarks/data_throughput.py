@@ -17,6 +17,15 @@ The tokenizer is a copy of the tiny one with every stop word added as a special 
 stop words a tokenizer lacks on its side only, which would make the two tokenize them differently. Multimodal
 templates (gemma3, llama4, mistral_small) run with LLaMA-Factory's text-only plugin: theirs need an image processor
 the tiny model lacks, and leave text without images unchanged.
+
+It then does the same for tool rows (sft): LLaMA-Factory's glaive_toolcall_en_demo and _zh_demo and
+tests/fixtures/tool_rows.json (parallel calls, both tool-list forms, non-ASCII arguments, several call rounds, "[]"),
+per template on its own tool format and per tool format as a `tool_format` override on qwen3_nothink, llama3's date
+pinned on both sides, and prints where each job first differs (row, token, the text on both sides), then
+"N of M template/format jobs identical". Rows LLaMA-Factory cannot encode for a job (GLM-4 with several calls in a
+turn, ...) and rows tuneline refuses as bad data are left out of both sides, and named. With `--tool-snapshot` it
+writes LLaMA-Factory's encoding of the first glaive rows and of tool_rows.json, and the tokenizer files, to
+tests/fixtures for tests/unit/data/test_tool_parity.py, which checks tuneline against them without LLaMA-Factory.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 WORDS = ("add the numbers reverse letters which larger even odd uppercase count words sum answer list first last "
@@ -227,14 +237,14 @@ def parity_tokenizer(model: str, out: Path) -> str:
 
 
 def template_parity(python: str, work: Path, model: str) -> None:
-    """Per template: identical, or where each demo file first differs; then the count of identical templates."""
+    """Per template: identical, or where each demo file first differs; then the count of identical templates.
+    `model`: a folder made by `parity_tokenizer`."""
     from datasets import disable_progress_bars, load_from_disk
 
     from tuneline.data import build_dataset, load_processed
     from tuneline.data.template_catalog import TEMPLATES
 
     disable_progress_bars()
-    model = parity_tokenizer(model, work / "parity-model")
     out = work / "llamafactory-parity"
     jobs = [(name, stage, dataset) for name in TEMPLATES for stage, dataset in PARITY_DATA]
     done = subprocess.run([python, "-c", LLAMAFACTORY_PARITY, model, str(DEMO_DATA), str(out), json.dumps(jobs)],
@@ -257,6 +267,347 @@ def template_parity(python: str, work: Path, model: str) -> None:
         print(f"{name}: {'identical' if not problems else 'differs (' + '; '.join(problems) + ')'}")
     print(f"{identical} of {len(built)} templates identical on LLaMA-Factory's encoding of the demo data; "
           f"not in LLaMA-Factory: {', '.join(sorted(set(TEMPLATES) - set(built))) or 'none'}")
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+LLAMAFACTORY_DATA = FIXTURES / "llamafactory" / "0.9.5" / "data"
+TOOL_DATA = {  # name -> (file, dataset_info entry); rows numbered from 1, as tuneline's bad-row messages count them
+    "glaive_toolcall_en_demo": (LLAMAFACTORY_DATA / "glaive_toolcall_en_demo.json", None),  # entry: LLaMA-Factory's
+    "glaive_toolcall_zh_demo": (LLAMAFACTORY_DATA / "glaive_toolcall_zh_demo.json", None),
+    "tool_rows": (FIXTURES / "tool_rows.json", {"formatting": "sharegpt", "columns": {
+        "messages": "conversations", "system": "system", "tools": "tools"}}),
+}
+TOOL_DATE = "26 Jul 2024"  # llama3's tool prompt writes the date: pinned on both sides
+TOOL_CUTOFF = 16384  # above the longest glaive row on the tiny tokenizer (~12k tokens): whole rows are compared
+TOOL_FORMAT_TEMPLATE = "qwen3_nothink"  # the template every tool format is tried on, as a `tool_format` override
+SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "tool_parity.json.xz"  # xz: jobs repeat the same rows' tokens
+SNAPSHOT_TOKENIZER = FIXTURES / "parity_tokenizer"
+SNAPSHOT_ROWS = 20  # the first rows of each glaive file (and every row of tool_rows) go into the snapshot
+
+
+def tool_jobs(templates, formats) -> list[tuple[str, str | None]]:
+    """(template, tool_format override or None): every template on its own format, then every format on one."""
+    return [(name, None) for name in templates] + [(TOOL_FORMAT_TEMPLATE, name) for name in formats]
+
+
+def job_name(template: str, tool_format: str | None) -> str:
+    return template if tool_format is None else f"{template} + tool_format {tool_format}"
+
+
+def read_rows(name: str) -> list[dict]:
+    return json.loads(TOOL_DATA[name][0].read_text())
+
+
+def write_tool_data(root: Path, keep: dict[str, list[int]]) -> Path:
+    """A dataset_dir holding, per tool dataset, the rows numbered in `keep` (from 1), in their order."""
+    root.mkdir(parents=True, exist_ok=True)
+    llamafactory_info = json.loads((LLAMAFACTORY_DATA / "dataset_info.json").read_text())
+    info = {}
+    for name, rows in keep.items():
+        all_rows = read_rows(name)
+        (root / f"{name}.json").write_text(json.dumps([all_rows[i - 1] for i in rows], ensure_ascii=False))
+        info[name] = {**(TOOL_DATA[name][1] or llamafactory_info[name]), "file_name": f"{name}.json"}
+    (root / "dataset_info.json").write_text(json.dumps(info))
+    return root
+
+
+def without(keep: dict[str, list[int]], excluded: dict[str, dict]) -> dict[str, list[int]]:
+    """`keep` less the rows `excluded` names ({dataset: {row: why}}, rows as JSON keys or ints)."""
+    return {name: [r for r in rows if str(r) not in {str(k) for k in excluded.get(name, {})}]
+            for name, rows in keep.items()}
+
+
+def tool_config(work: Path, model: str, data: Path, template: str, tool_format: str | None, **overrides):
+    """The build-dataset config of one tool job: every tool dataset concatenated, the date pinned, whole rows."""
+    return make_config(work, model, 1, template, dataset=",".join(TOOL_DATA), dataset_dir=str(data),
+                       tool_format=tool_format, tool_date=TOOL_DATE, cutoff_len=TOOL_CUTOFF, **overrides)
+
+
+def tuneline_refusals(work: Path, model: str) -> dict[str, dict[int, str]]:
+    """Rows tuneline's reading refuses as bad data, whatever the template ({dataset: {row: reason}})."""
+    from tuneline.data.loader import load_examples
+
+    data = write_tool_data(work / "tool-data-all", {name: list(range(1, len(read_rows(name)) + 1))
+                                                    for name in TOOL_DATA})
+    config = tool_config(work, model, data, TOOL_FORMAT_TEMPLATE, None, on_bad_rows="skip")
+    refused: dict[str, dict[int, str]] = {}
+    for bad in load_examples(config, config.dataset_names).bad:
+        refused.setdefault(Path(bad.file).stem, {})[bad.row] = f"{bad.reason}: {bad.detail}"
+    return refused
+
+
+LLAMAFACTORY_TOOL_PARITY = """
+import datetime, json, os, shutil, sys
+model, data, out, jobs, day, cutoff = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5], \\
+    int(sys.argv[6])
+os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
+os.environ["DISABLE_VERSION_CHECK"] = "1"
+import llamafactory
+import llamafactory.data.tool_utils as tool_utils
+from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
+from llamafactory.data.converter import get_dataset_converter
+from llamafactory.data.mm_plugin import get_mm_plugin
+from llamafactory.data.parser import get_dataset_list
+from llamafactory.data.template import TEMPLATES
+from llamafactory.hparams import get_train_args
+from llamafactory.model import load_tokenizer
+
+
+class FixedDate(datetime.datetime):  # llama3's tool prompt writes datetime.now(): the date tuneline pins
+    @classmethod
+    def now(cls, tz=None):
+        return cls.strptime(day, "%d %b %Y")
+
+
+tool_utils.datetime = FixedDate
+info = json.load(open(os.path.join(data, "dataset_info.json")))
+names = list(info)
+
+
+def unusable(example, template, tokenizer):
+    prompt, response = example["_prompt"], example["_response"]
+    if len(prompt) % 2 != 1 or len(response) != 1:
+        return "LLaMA-Factory drops it (roles out of order)"
+    try:
+        template.encode_multiturn(tokenizer, prompt + response, example["_system"], example["_tools"])
+    except Exception as exc:
+        return f"LLaMA-Factory raises {type(exc).__name__}: {exc}"
+
+
+def excluded_rows(template, tokenizer, data_args):
+    excluded = {}
+    for name, attr in zip(names, get_dataset_list(names, data)):
+        convert = get_dataset_converter(attr.formatting, attr, data_args)
+        for row, raw in enumerate(json.load(open(os.path.join(data, info[name]["file_name"]))), 1):
+            if why := unusable(convert(raw), template, tokenizer):
+                excluded.setdefault(name, {})[row] = why
+    return excluded
+
+
+def filtered_data(folder, excluded):
+    os.makedirs(folder, exist_ok=True)
+    shutil.copy(os.path.join(data, "dataset_info.json"), folder)
+    for name in names:
+        rows = json.load(open(os.path.join(data, info[name]["file_name"])))
+        kept = [r for i, r in enumerate(rows, 1) if i not in excluded.get(name, {})]
+        json.dump(kept, open(os.path.join(folder, info[name]["file_name"]), "w"), ensure_ascii=False)
+    return folder
+
+
+built = {"version": llamafactory.__version__, "formats": sorted(tool_utils.TOOLS), "jobs": {}}
+for index, (template, tool_format) in enumerate(jobs):
+    if template not in TEMPLATES or (tool_format and tool_format not in tool_utils.TOOLS):
+        continue
+    args = dict(stage="sft", model_name_or_path=model, do_train=True, dataset=",".join(names), dataset_dir=data,
+                template=template, tool_format=tool_format, cutoff_len=cutoff, output_dir=out + "/o",
+                overwrite_cache=True, finetuning_type="lora", report_to="none")
+    model_args, data_args, training_args, _, _ = get_train_args(args)
+    tokenizer_module = load_tokenizer(model_args)  # a fresh one: the template changes it in place
+    fixed = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+    fixed.mm_plugin = get_mm_plugin(name="base")  # image plugins need a processor; text passes them unchanged
+    excluded = excluded_rows(fixed, tokenizer_module["tokenizer"], data_args)
+    if excluded:
+        data_args.dataset_dir = filtered_data(f"{out}/data-{index}", excluded)
+    module = get_dataset(fixed, model_args, data_args, training_args, "sft", **tokenizer_module)
+    path = f"{out}/tools-{index}"
+    module["train_dataset"].save_to_disk(path)
+    built["jobs"][f"{template}|{tool_format or ''}"] = {"path": path, "excluded": excluded}
+print(json.dumps(built))
+"""
+
+
+def llamafactory_tool_encodings(python: str, work: Path, model: str, data: Path, jobs) -> dict:
+    """LLaMA-Factory's encoding of the tool datasets per job, and the rows it cannot encode (left out)."""
+    out = work / "llamafactory-tools"
+    shutil.rmtree(out, ignore_errors=True)
+    done = subprocess.run([python, "-c", LLAMAFACTORY_TOOL_PARITY, model, str(data), str(out), json.dumps(jobs),
+                           TOOL_DATE, str(TOOL_CUTOFF)], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"LLaMA-Factory failed on the tool rows:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def first_token_difference(ours: list[int], theirs: list[int]) -> int | None:
+    """The first position where two id lists differ (the shorter one's length when one extends the other)."""
+    for position, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a != b:
+            return position
+    return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
+
+
+def decoded_at(tokenizer, ids: list[int], position: int, before: int = 12, after: int = 40) -> str:
+    return tokenizer.decode(ids[max(0, position - before):position + after])
+
+
+def row_difference(tokenizer, where: str, ours: dict, theirs: dict) -> str | None:
+    """Where one encoded row first differs from LLaMA-Factory's, with the text around it on both sides."""
+    ours_ids, theirs_ids = list(ours["input_ids"]), list(theirs["input_ids"])
+    position = first_token_difference(ours_ids, theirs_ids)
+    if position is not None:
+        return (f"{where} input_ids at token {position}:\n    tuneline:      "
+                f"{decoded_at(tokenizer, ours_ids, position)!r}\n    LLaMA-Factory: "
+                f"{decoded_at(tokenizer, theirs_ids, position)!r}")
+    position = first_token_difference(list(ours["labels"]), list(theirs["labels"]))
+    if position is not None:
+        return (f"{where} labels at token {position} ({ours['labels'][position]} against "
+                f"{theirs['labels'][position]}) under {decoded_at(tokenizer, ours_ids, position)!r}")
+    return None
+
+
+def row_names(keep: dict[str, list[int]]) -> list[str]:
+    return [f"{name} row {row}" for name, rows in keep.items() for row in rows]
+
+
+def compare_tool_job(tokenizer, config, theirs, keep: dict[str, list[int]]) -> str | None:
+    """None when tuneline's build of `config` gives LLaMA-Factory's rows, else where it first differs."""
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.errors import DataError
+
+    try:
+        ours = load_processed(build_dataset(config))["train"]
+    except DataError as exc:
+        return f"tuneline refuses (its rows count the job's file, less the rows left out): {exc}"
+    if len(ours) != len(theirs):
+        return f"{len(ours)} rows against {len(theirs)}"
+    for where, a, b in zip(row_names(keep), ours, theirs, strict=True):
+        if difference := row_difference(tokenizer, where, a, b):
+            return difference
+    return None
+
+
+def tuneline_on_row(work: Path, model: str, template: str, tool_format: str | None, name: str, row) -> str:
+    """What tuneline does with one row LLaMA-Factory cannot encode: refuse it too (a bad row), or encode it."""
+    from tuneline.data import build_dataset
+    from tuneline.errors import DataError
+
+    data = write_tool_data(work / "tool-data-one", {name: [int(row)]})
+    config = make_config(work, model, 1, template, dataset=name, dataset_dir=str(data), tool_format=tool_format,
+                         tool_date=TOOL_DATE, cutoff_len=TOOL_CUTOFF, pipeline_cache_dir=str(work / "tool-cache"))
+    try:
+        build_dataset(config)
+    except DataError:
+        return "tuneline refuses it too"
+    return "tuneline encodes it"
+
+
+def left_out(excluded: dict[str, dict], verdict) -> str:
+    """The rows left out of a job, why, and what tuneline does with each (`verdict(name, row)`)."""
+    rows = [f"{name} row {row}: {why if len(why) < 90 else why[:87] + '...'}; {verdict(name, row)}"
+            for name, by_row in excluded.items() for row, why in by_row.items()]
+    return f"; left out: {'. '.join(rows)}" if rows else ""
+
+
+def run_tool_job(work: Path, model: str, tokenizer, data: Path, keep: dict, key: str, job: dict) -> tuple:
+    """One template/format job: tuneline's build against LLaMA-Factory's rows, printed; (identical, its results)."""
+    from datasets import load_from_disk
+
+    template, tool_format = key.split("|")
+    tool_format = tool_format or None
+    job_keep = without(keep, job["excluded"])
+    job_data = write_tool_data(work / f"tool-data-{key.replace('|', '-')}", job_keep) if job["excluded"] else data
+    config = tool_config(work, model, job_data, template, tool_format, pipeline_cache_dir=str(work / "tool-cache"))
+    theirs = load_from_disk(job["path"])
+    difference = compare_tool_job(tokenizer, config, theirs, job_keep)
+    verdict = partial(tuneline_on_row, work, model, template, tool_format)
+    print(f"{job_name(template, tool_format)}: {'identical' if difference is None else 'differs, ' + difference} "
+          f"({len(theirs)} rows{left_out(job['excluded'], verdict)})")
+    return difference is None, (job_keep, theirs, job["excluded"])
+
+
+def tool_parity(python: str, work: Path, model: str, snapshot: bool) -> None:
+    """Per template and tool format: identical on the tool rows, or where they first differ; then the count."""
+    from transformers import AutoTokenizer
+
+    from tuneline.data.template_catalog import TEMPLATES
+    from tuneline.data.tools import TOOL_FORMATS
+
+    refused = tuneline_refusals(work, model)
+    keep = without({name: list(range(1, len(read_rows(name)) + 1)) for name in TOOL_DATA}, refused)
+    data = write_tool_data(work / "tool-data", keep)
+    built = llamafactory_tool_encodings(python, work, model, data, tool_jobs(TEMPLATES, TOOL_FORMATS))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    for name, rows in refused.items():
+        for row, why in rows.items():
+            print(f"left out of every job (tuneline refuses it, LLaMA-Factory encodes it): {name} row {row}: {why}")
+    identical, results = 0, {}
+    for key, job in built["jobs"].items():
+        same, results[key] = run_tool_job(work, model, tokenizer, data, keep, key, job)
+        identical += same
+    shared = {key.split("|")[0] for key in built["jobs"]}
+    print(f"{identical} of {len(built['jobs'])} template/format jobs identical on the tool rows "
+          f"(LLaMA-Factory {built['version']}, date {TOOL_DATE}); not in LLaMA-Factory: "
+          f"{', '.join(sorted(set(TEMPLATES) - shared)) or 'none'}; its tool formats not in tuneline: "
+          f"{', '.join(sorted(set(built['formats']) - set(TOOL_FORMATS))) or 'none'}")
+    if snapshot:
+        write_snapshot(results, built["version"], model)
+
+
+def label_runs(input_ids: list[int], labels: list[int]) -> list[list]:
+    """Labels as [count, value] runs, value None where the label is the input id (the snapshot's compact form)."""
+    runs: list[list] = []
+    for token, label in zip(input_ids, labels, strict=True):
+        value = None if label == token else label
+        if runs and runs[-1][1] == value:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, value])
+    return runs
+
+
+def labels_from_runs(input_ids: list[int], runs: list[list]) -> list[int]:
+    labels: list[int] = []
+    for count, value in runs:
+        labels += input_ids[len(labels):len(labels) + count] if value is None else [value] * count
+    return labels
+
+
+def snapshot_job(job_keep: dict[str, list[int]], theirs) -> dict:
+    """One job's LLaMA-Factory rows among the snapshot's rows (the first SNAPSHOT_ROWS of each glaive file)."""
+    limit = {name: SNAPSHOT_ROWS if name.startswith("glaive") else len(read_rows(name)) for name in TOOL_DATA}
+    rows, input_ids, labels = {name: [] for name in TOOL_DATA}, [], []
+    where = [(name, row) for name, kept in job_keep.items() for row in kept]
+    for (name, row), encoded in zip(where, theirs, strict=True):
+        if row <= limit[name]:
+            rows[name].append(row)
+            input_ids.append(list(encoded["input_ids"]))
+            labels.append(label_runs(encoded["input_ids"], encoded["labels"]))
+    return {"rows": rows, "input_ids": input_ids, "labels": labels}
+
+
+def write_snapshot(results: dict, version: str, model: str) -> None:
+    """LLaMA-Factory's encodings of the snapshot rows per job, and the tokenizer files they were made with."""
+    import lzma
+
+    from transformers import AutoTokenizer
+
+    shutil.rmtree(SNAPSHOT_TOKENIZER, ignore_errors=True)
+    AutoTokenizer.from_pretrained(model).save_pretrained(SNAPSHOT_TOKENIZER)
+    jobs = []
+    for key, (job_keep, theirs, excluded) in results.items():
+        template, tool_format = key.split("|")
+        jobs.append({"template": template, "tool_format": tool_format or None, "left_out": excluded,
+                     **snapshot_job(job_keep, theirs)})
+    snapshot = {
+        "llamafactory": version, "tool_date": TOOL_DATE, "cutoff_len": TOOL_CUTOFF, "stage": "sft",
+        "tokenizer": f"tests/fixtures/{SNAPSHOT_TOKENIZER.name}: the tiny model's ('test' preset) with every "
+                     "template's stop words added as special tokens (data_throughput.parity_tokenizer)",
+        "rows": f"the first {SNAPSHOT_ROWS} rows of each glaive file and every row of tool_rows, less those "
+                "LLaMA-Factory cannot encode or tuneline refuses as bad data (numbered from 1)",
+        "labels": "[count, value] runs, value null where the label is the input id",
+        "command": "python benchmarks/data_throughput.py --template-parity --tool-snapshot "
+                   "--llamafactory-python .venv-peer/bin/python",
+        "jobs": jobs,
+    }
+    text = json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False).encode()
+    SNAPSHOT.write_bytes(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
+    print(f"wrote {SNAPSHOT} ({SNAPSHOT.stat().st_size / 1e3:.0f} kB; {len(text) / 1e6:.1f} MB of JSON, {len(jobs)} "
+          f"jobs) and the tokenizer files in {SNAPSHOT_TOKENIZER}")
+
+
+def read_snapshot() -> dict:
+    import lzma
+
+    return json.loads(lzma.decompress(SNAPSHOT.read_bytes()))
 
 
 def time_everything(args, work: Path, model: str) -> None:
@@ -285,10 +636,16 @@ def main() -> None:
     parser.add_argument("--workdir", help="keep files here instead of a temporary folder")
     parser.add_argument("--llamafactory-python", help="interpreter with llamafactory installed, for a side-by-side")
     parser.add_argument("--template-parity", action="store_true",
-                        help="compare every shared template's encoding of the demo data with LLaMA-Factory's")
+                        help="compare every shared template's encoding of the demo data and tool rows with "
+                             "LLaMA-Factory's")
+    parser.add_argument("--tool-snapshot", action="store_true",
+                        help="with --template-parity: also write LLaMA-Factory's tool-row encodings to "
+                             f"{SNAPSHOT.name}")
     args = parser.parse_args()
     if args.template_parity and not args.llamafactory_python:
         parser.error("--template-parity needs --llamafactory-python")
+    if args.tool_snapshot and not args.template_parity:
+        parser.error("--tool-snapshot needs --template-parity")
     if args.llamafactory_python and not args.template_parity and args.template == "auto":
         parser.error("LLaMA-Factory has no 'auto' template: pass --template chatml (the tiny tokenizer's format)")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-bench-"))
@@ -301,7 +658,9 @@ def main() -> None:
 
         model = str(build_tiny_model(work / "model", **TINY_PRESETS["test"]))
     if args.template_parity:
-        template_parity(args.llamafactory_python, work, model)
+        parity_model = parity_tokenizer(model, work / "parity-model")
+        template_parity(args.llamafactory_python, work, parity_model)
+        tool_parity(args.llamafactory_python, work, parity_model, args.tool_snapshot)
     else:
         time_everything(args, work, model)
     if not args.workdir:

@@ -1,7 +1,9 @@
 """LLaMA-Factory 0.9.5's own example configs and demo data, run unchanged as its users run them.
 
 tests/fixtures/llamafactory/0.9.5 holds its files as released (Apache-2.0, its LICENSE beside them): the
-example YAMLs, the DeepSpeed configs they name, data/dataset_info.json whole and the demo data the examples use.
+example YAMLs, the DeepSpeed configs they name, data/dataset_info.json whole and the demo data the examples use
+(and the glaive tool-call demo files, with tool_parity.json.xz: LLaMA-Factory's encoding of them, for
+tests/unit/data/test_tool_parity.py).
 Each example runs through `tuneline train`'s own entry point from the folder that holds examples/ and data/, with
 only the model path, the output dir and the run length given on the command line; data/ is found as LLaMA-Factory
 finds it, through its default `dataset_dir`. MLflow and the step caches are the embedded defaults in that folder.
