@@ -20,6 +20,7 @@ from prefect.settings import PREFECT_API_URL
 from flows.artifacts import publish_run_artifacts
 from flows.crash_detection import ensure_crash_detection
 from flows.parameters import Settings, all_overrides
+from flows.server_lost import exit_now, is_server_lost, quiet_while_server_lost, server_lost_message
 from flows.user_errors import show_user_errors_without_traceback
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, train
 from tuneline.config import RunConfig, load_config
@@ -29,6 +30,7 @@ from tuneline.pipeline.steps import reward_model_overrides
 from tuneline.preflight import checked_config
 
 show_user_errors_without_traceback()
+quiet_while_server_lost()
 
 
 def _flow_run_name() -> str:
@@ -93,8 +95,21 @@ def main(argv: list[str]) -> int:
         return 2
     config_path, overrides = argv[0], argv[1:]
     checked_config(config_path, overrides)
-    print(json.dumps(finetune(config_path, overrides=overrides), indent=2, default=str))
+    try:
+        result = finetune(config_path, overrides=overrides)
+    except Exception as error:
+        if not any(is_server_lost(e) for e in _causes(error)):
+            raise
+        print(f"error: {server_lost_message()}", file=sys.stderr)
+        exit_now(1)
+    print(json.dumps(result, indent=2, default=str))
     return 0
+
+
+def _causes(error: BaseException | None):
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 if __name__ == "__main__":
