@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuneline.errors import UserError
+from tuneline.tracking.store import MODEL_TRAINING_VIEW
 from tuneline.training_contract import die_with_parent
 
 BIN = Path(sys.executable).parent
@@ -118,7 +119,7 @@ def serve_uis(root: Path, host: str, prefect_port: int, mlflow_port: int) -> Non
     signal.signal(signal.SIGTERM, _interrupted)
     servers = start_servers(root, host, prefect_port, mlflow_port)
     prefect, mlflow = servers
-    print(f"Prefect UI: {prefect.url}\nMLflow UI:  {mlflow.url}\n"
+    print(f"Prefect UI: {prefect.url}\nMLflow UI:  {mlflow.url}/#/{MODEL_TRAINING_VIEW}\n"
           f"Send runs to them:\n  export PREFECT_API_URL={prefect.url}/api\n"
           f"  export MLFLOW_TRACKING_URI={mlflow.url}\n"
           f"Logs under {root.resolve() / '.tuneline' / 'ui'}. Ctrl+C stops both.", flush=True)

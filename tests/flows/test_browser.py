@@ -20,6 +20,7 @@ import yaml
 from test_finetune_flow import REPO, STEPS
 from test_running_server import free_port
 
+from tuneline import tracking
 from tuneline.training_contract import die_with_parent
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -90,6 +91,11 @@ def test_the_uis_show_a_sweeps_child_runs_and_a_flow_runs_seven_steps(tmp_path, 
             parent_row.locator("button").first.click()  # unfold the sweep's children
             for child in children:
                 page.get_by_text(child.info.run_name, exact=True).first.wait_for(timeout=60_000)
+
+            page.goto(tracking.run_url(mlflow_ui, children[0].info.run_id))  # the link tuneline writes
+            page.get_by_text(children[0].info.run_id).first.wait_for(timeout=60_000)
+            crumbs = page.locator("nav[aria-label=breadcrumb], [class*=breadcrumb]").first.inner_text()
+            assert "Runs" in crumbs and "Evaluations" not in crumbs, f"not the model-training view: {crumbs!r}"
 
             page.goto(flow_run_url)
             page.locator("li#task-runs").click()  # the flow-run page's "Task Runs" tab

@@ -125,7 +125,8 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     assert client.get_registered_model("flow-test-model").latest_versions
     artifacts = flow_artifacts(result["flow_run_id"])
     assert {"run-summary", "evaluation", "loss-plot"} <= set(artifacts)
-    link = f"[{run.info.run_id}](http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})"
+    link = (f"[{run.info.run_id}](http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+            "?workflowType=machine_learning)")
     assert link in artifacts["run-summary"] and link in (root / "out" / "README.md").read_text()
     assert training_progress(result["flow_run_id"]) == 100.0
 

@@ -145,7 +145,8 @@ def test_tracks_a_run_over_http(server, tmp_path):
     assert len(stored) == 1 and stored[0].read_bytes() == b"\x89PNG"
     mv = client.get_model_version("tiny-http", version)
     assert mv.run_id == run_id and mv.tags["dataset_fingerprint"] == "fp1" and mv.tags["metric.eval_loss"] == "0.25"
-    assert tracking.run_url(uri, run_id) == f"{uri}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+    assert tracking.run_url(uri, run_id) == (f"{uri}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+                                             "?workflowType=machine_learning")
     tracking.finish_run(run_id)
     assert client.get_run(run_id).info.status == "FINISHED"
 

@@ -64,7 +64,7 @@ def open_run(
     return run_id
 
 
-# The MLflow UI opens a fine-tuning experiment on its runs table rather than on the GenAI trace overview.
+# MLflow's name for the kind (its UI lists it as "Finetuning"); which view opens is the link's to say (store.py).
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "finetuning"}
 
 

@@ -38,6 +38,9 @@ def resolve_tracking_uri(uri: str | None) -> str:
 
 
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+# MLflow 3's UI shows an experiment in its GenAI or its model-training view by a switch kept per browser (GenAI
+# unless changed), whatever the experiment's `mlflow.experimentKind` tag says; this query opens model training.
+MODEL_TRAINING_VIEW = "?workflowType=machine_learning"
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -180,7 +183,9 @@ def run_url(uri: str, run_id: str) -> str | None:
         experiment_id = client_for(uri).get_run(run_id).info.experiment_id
     except Exception:  # a link is a nicety: never fail a step for it
         experiment_id = None
-    return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}" if experiment_id else f"{ui}/"
+    if not experiment_id:
+        return f"{ui}/"
+    return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}{MODEL_TRAINING_VIEW}"
 
 
 def ui_command(uri: str) -> str | None:
