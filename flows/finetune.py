@@ -107,7 +107,9 @@ def main(argv: list[str]) -> int:
 
 
 def _causes(error: BaseException | None):
-    while error is not None:
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
         yield error
         error = error.__cause__ or error.__context__
 
