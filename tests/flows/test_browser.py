@@ -59,7 +59,8 @@ def test_the_uis_show_a_sweeps_child_runs_and_a_flow_runs_seven_steps(tmp_path, 
     ui, printed = _start_ui(tmp_path, prefect_port, mlflow_port)
     prefect_ui, mlflow_ui = f"http://127.0.0.1:{prefect_port}", f"http://127.0.0.1:{mlflow_port}"
     try:
-        assert f"Prefect UI: {prefect_ui}" in printed and f"MLflow UI:  {mlflow_ui}" in printed
+        assert f"Prefect UI: {prefect_ui}" in printed
+        assert f"MLflow UI:  {mlflow_ui}/#/?workflowType=machine_learning" in printed  # the model-training view
         config = tmp_path / "sweep.yaml"
         config.write_text(yaml.safe_dump({
             "model_name_or_path": str(tiny_model_dir), "stage": "sft", "finetuning_type": "lora", "lora_rank": 4,

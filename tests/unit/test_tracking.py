@@ -429,7 +429,7 @@ def test_a_local_stores_link_is_a_url_and_its_ui_command_comes_with_it(uri):
     run_id = tracking.open_run(uri, "e", "k", "r", {})
     experiment_id = client(uri).get_run(run_id).info.experiment_id
     url = tracking.run_url(uri, run_id)
-    assert url == f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id}"
+    assert url == f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
     command = tracking.ui_command(uri)
     assert command == f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1"
     assert run_link({"run_id": run_id, "url": url, "ui_command": command}) == (

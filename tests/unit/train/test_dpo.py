@@ -105,8 +105,9 @@ def test_lora_dpo_raises_reward_accuracy_with_precomputed_reference(tmp_path, ti
     evals = [e for e in log if "eval_rewards/accuracies" in e]
     assert [e["current_steps"] for e in evals] == [0, 24]  # on start and at eval_steps (the final weights: not again)
     before, after = evals[0], evals[-1]
-    # Before training the policy is its reference: zero rewards, no pair ranked right, loss log 2.
-    assert before["eval_rewards/accuracies"] == 0.0 and abs(before["eval_rewards/margins"]) < 1e-6
+    # Before training the policy is its reference: zero rewards (to float32 noise: the reference's log-probs were
+    # summed in other batches, whose padding changes the summation order by an ulp or two), loss log 2.
+    assert abs(before["eval_rewards/margins"]) < 1e-4 and abs(before["eval_rewards/chosen"]) < 1e-4
     assert before["eval_loss"] == pytest.approx(math.log(2), abs=1e-4)
     assert after["eval_rewards/accuracies"] >= 0.9, evals
     assert after["eval_loss"] < 0.4 and after["eval_rewards/margins"] > 1.0, evals

@@ -118,8 +118,9 @@ def test_lora_kto_raises_reward_accuracy_with_precomputed_reference(tmp_path, ti
     evals = [e for e in log if "eval_rewards/accuracies" in e]
     assert [e["current_steps"] for e in evals] == [0, 24]  # the loop scored the final weights: not evaluated again
     before, after = evals[0], evals[-1]
-    # Policy == reference: every reward 0, so no row has the sign its tag asks for; loss 1 - sigmoid(0).
-    assert before["eval_rewards/accuracies"] == 0.0 and before["eval_kl"] == 0.0
+    # Policy == reference: every reward 0 (to float32 noise: the reference's log-probs were summed in other batches,
+    # whose padding changes the summation order by an ulp or two); loss 1 - sigmoid(0).
+    assert abs(before["eval_rewards/chosen"]) < 1e-4 and abs(before["eval_kl"]) < 1e-4
     assert before["eval_loss"] == pytest.approx(0.5, abs=1e-4)
     assert after["eval_rewards/accuracies"] >= 0.85, evals
     assert after["eval_loss"] < 0.4 and after["eval_rewards/margins"] > 1.0, evals
