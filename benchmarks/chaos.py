@@ -29,12 +29,11 @@ from pathlib import Path
 
 import yaml
 
-from tuneline.pipeline.train_step import COMPLETE_MARKER
 from tuneline.step_cache import DAMAGED
 from tuneline.train.checkpoints import STAGING_DIR
 from tuneline.train.output_dir import unreadable_file
 from tuneline.train.trainer_log import logged_metrics, read_log
-from tuneline.training_contract import LOG_FILE, METRICS_SPOOL_DIR, die_with_parent
+from tuneline.training_contract import LOG_FILE, METRICS_SPOOL_DIR, RUN_FILE, die_with_parent, finished_run
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -428,8 +427,8 @@ class Suite:
             code = flow.wait(EXIT_GRACE_S)
             lingered = time.monotonic() - ended
             output = flow.output()
-            complete, trained_to = (out / COMPLETE_MARKER).is_file(), last_step(root)
-            key = json.loads((out / COMPLETE_MARKER).read_text())["train_key"] if complete else ""
+            finished, trained_to = finished_run(out), last_step(root)
+            complete, key = finished is not None, (finished or {}).get("train_key", "")
             stored = bool(key) and (root / "cache" / "prefect-results" / key).is_file()
             damaged = unreadable_file(out) if (out / "trainer_state.json").is_file() else "no trainer_state.json"
             log_before = (out / LOG_FILE).read_bytes() if (out / LOG_FILE).is_file() else b""
@@ -443,7 +442,7 @@ class Suite:
         runs = tracked(root)[0]
         ending = FLOW_RUN_ENDED.search(output)
         observed = [f"server killed at step {down_at}",
-                    f"training reached step {trained_to}, {COMPLETE_MARKER} " + ("written" if complete else "MISSING"),
+                    f"training reached step {trained_to}, {RUN_FILE} " + ("complete" if complete else "NOT complete"),
                     f"output_dir and {len(checkpoints(out))} checkpoints "
                     + ("readable" if damaged is None else f"DAMAGED ({damaged})"),
                     f"steps finished: {', '.join(finished_steps(output)) or 'none'}",

@@ -10,7 +10,8 @@ from tuneline.config import RunConfig
 from tuneline.pipeline import keys
 from tuneline.pipeline.record import record_training
 from tuneline.pipeline.terminal_progress import terminal_progress
-from tuneline.pipeline.train_step import train_model, training_complete, worth_retrying
+from tuneline.pipeline.train_step import train_model, worth_retrying
+from tuneline.training_contract import training_complete
 
 
 def _train_key(config: RunConfig, dataset: dict, reference: dict, run: dict) -> str:

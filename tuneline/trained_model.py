@@ -20,12 +20,12 @@ def trained_model_config(config: RunConfig, scratch: Path | None,
     the config names). A training's model is looked for in its `output_dir`, then in the MLflow run of the same
     work (downloaded into `scratch`): another machine, or a cleaned `output_dir`, still exports what was trained.
     A `model_folder` given (a registered version's files) is the trained model, wherever the config trained."""
-    from tuneline.train.output_dir import read_run_file
+    from tuneline.training_contract import finished_run
 
     if model_folder is not None:
         return _loading_trained(config, Path(model_folder)), str(model_folder)
     out = Path(config.training.get("output_dir") or ".")
-    if (read_run_file(out) or {}).get("status") == "complete":
+    if finished_run(out):
         return _loading_trained(config, out), str(out)
     logged = _logged_model(config, scratch)
     if logged is not None:

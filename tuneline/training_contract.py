@@ -1,13 +1,24 @@
 """What the flow's process and the training child agree on, so that neither side imports the other.
 
 The parent (`tuneline.pipeline`) launches `python -m tuneline.train` (`tuneline.train`) and reads its output and its
-files; these names and the kernel hook below are the whole of what they share.
+files; what they share is here and nowhere else: the environment and file names, output_dir's lock and its
+`run.json` (the train key, the settings, and the one completion marker: `status: complete`), the settings that do not
+shape the weights, moving an old run's files aside, and the kernel hook that ends a child with its parent.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import signal
+import socket
 import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tuneline.errors import UserError
 
 # The child prints a problem the user can fix as one line starting with this, and exits 2: the parent shows that
 # line instead of a traceback, and does not retry (the same config fails the same way).
@@ -19,6 +30,8 @@ DIE_WITH_PARENT_ENV = "TUNELINE_DIE_WITH_PARENT"  # "1": the child dies with the
 
 LOG_FILE = "trainer_log.jsonl"  # in output_dir: one line per logged step, written by the child, read for progress
 METRICS_SPOOL_DIR = "mlflow_spool"  # in output_dir: step metrics kept while MLflow is unreachable
+PREDICTIONS_FILE = "generated_predictions.jsonl"  # in output_dir: predict_with_generate's answers
+COMPLETE = "complete"  # run.json's status once the training finished (and the flow recorded its result)
 
 
 def die_with_parent(signum: int = signal.SIGKILL) -> bool:
@@ -34,3 +47,167 @@ def die_with_parent(signum: int = signal.SIGKILL) -> bool:
         return ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum) == 0  # PR_SET_PDEATHSIG
     except OSError:
         return False
+
+
+# --- run.json, the lock, and the settings that do not shape the weights
+RUN_FILE = "run.json"
+LOCK_FILE = ".tuneline.lock"
+OWNER_FILE = ".tuneline.lock.owner"
+SUPERSEDED = ".superseded-"  # `<output_dir>.superseded-<time>`: a replaced run's files, set aside
+# Files that may sit in an output_dir before training without making it "another run's": the lock, and
+# the input the launcher writes there first (the resolved config, as any top-level *.yaml).
+_HARMLESS = {LOCK_FILE, OWNER_FILE}
+
+# Keys that change how a run is watched or stored, not the weights it ends with.
+COSMETIC_KEYS = frozenset({
+    "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "logging_dir", "logging_steps",
+    "logging_strategy", "logging_first_step", "logging_nan_inf_filter", "log_level", "log_level_replica",
+    "log_on_each_node", "disable_tqdm", "report_to", "run_name", "project", "save_steps", "save_strategy",
+    "save_total_limit", "save_on_each_node", "save_safetensors", "save_only_model", "push_to_hub", "hub_token",
+    "hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "dataloader_num_workers",
+    "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor", "skip_memory_metrics",
+    "include_num_input_tokens_seen", "hf_hub_token", "cache_dir", "export_dir", "export_size", "export_device",
+    "export_legacy_format", "plot_loss", "include_effective_tokens_per_second", "per_device_eval_batch_size",
+    "eval_accumulation_steps", "ddp_timeout", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
+    "discard_checkpoints",
+})
+# When evaluations run: cosmetic too, unless an evaluation decides the weights (best model, early stopping).
+EVAL_SCHEDULE_KEYS = frozenset({"eval_steps", "eval_strategy", "eval_delay", "eval_on_start", "eval_do_concat_batches"})
+
+
+def weight_neutral_keys(config) -> frozenset[str]:
+    """Keys a checkpoint can be resumed across: they change how a run is watched or stored, not its weights."""
+    decides = config.training.get("load_best_model_at_end") or config.finetuning.early_stopping_steps
+    return COSMETIC_KEYS if decides else COSMETIC_KEYS | EVAL_SCHEDULE_KEYS
+
+
+def recorded_settings(config) -> dict[str, Any]:
+    """Every setting as plain JSON, credentials unset: kept in run.json to name what changed at the next start."""
+    return json.loads(json.dumps(config.without_secrets().flat(), default=str))
+
+
+def changed_settings(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    if not before:
+        return {}
+    return {k: (before.get(k), now.get(k)) for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)}
+
+
+def _shown(value: Any) -> str:
+    """A value as a user would write it in YAML (`5`, not the `5.0` the training arguments hold)."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else repr(value)
+
+
+def describe_changes(changes: dict[str, tuple[Any, Any]], limit: int = 8) -> str:
+    shown = [f"{k} {_shown(old)} -> {_shown(new)}" for k, (old, new) in list(changes.items())[:limit]]
+    more = f" and {len(changes) - limit} more" if len(changes) > limit else ""
+    return "; ".join(shown) + more
+
+
+class LockHeld(UserError):
+    """Another process trains in this output_dir."""
+
+
+class OutputDirLock:
+    """An exclusive OS lock on output_dir, released by the OS when the process dies (even by SIGKILL), so a dead
+    holder's lock is taken over by the next start; the owner file names the holder for the one refused."""
+
+    def __init__(self, output_dir: str | Path, **about: Any):
+        from filelock import FileLock, Timeout
+
+        self.root = Path(output_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(self.root / LOCK_FILE), timeout=0)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise LockHeld(f"output_dir '{self.root}' is in use: {_describe_owner(self.root)}. Wait for that "
+                           "training to finish or stop it, or choose another 'output_dir'",
+                           title="tuneline cannot train") from None
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                 **{k: v for k, v in about.items() if v}}
+        (self.root / OWNER_FILE).write_text(json.dumps(owner, default=str))
+
+    def release(self) -> None:
+        if self._lock.is_locked:
+            (self.root / OWNER_FILE).unlink(missing_ok=True)
+            self._lock.release()
+
+
+def _describe_owner(root: Path) -> str:
+    try:
+        owner = json.loads((root / OWNER_FILE).read_text())
+        text = f"pid {owner['pid']} on host {owner['host']} holds its lock since {owner['since']}"
+    except (OSError, ValueError, KeyError):
+        return "another process holds its lock"
+    about = [f"MLflow run {owner['mlflow_run_id']}" if owner.get("mlflow_run_id") else "",
+             f"run '{owner['run_name']}'" if owner.get("run_name") else ""]
+    return text + (f" ({', '.join(a for a in about if a)})" if any(about) else "")
+
+
+def read_run_file(output_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(output_dir) / RUN_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_run_file(output_dir: str | Path, /, **fields: Any) -> dict[str, Any]:
+    """Merge fields into run.json (written to a temp name, then renamed)."""
+    path = Path(output_dir) / RUN_FILE
+    data = {**(read_run_file(output_dir) or {}), **fields}
+    tmp = path.with_name(f".{RUN_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+    return data
+
+
+def finished_run(output_dir: str | Path) -> dict[str, Any] | None:
+    """run.json of a training that finished, else None: the one completion marker both sides read."""
+    run = read_run_file(output_dir)
+    return run if run and run.get("status") == COMPLETE else None
+
+
+def training_complete(output_dir: str | Path, key: str) -> bool:
+    """True when output_dir holds a finished training for exactly this train key."""
+    return (finished_run(output_dir) or {}).get("train_key") == key
+
+
+def foreign_entries(root: Path) -> list[Path]:
+    """What would be lost by starting over: everything but the lock and the launcher's inputs."""
+    return [p for p in root.iterdir() if p.name not in _HARMLESS and not (p.is_file() and p.suffix in (".yaml", ".yml"))]
+
+
+def set_aside(root: Path, entries: list[Path]) -> Path:
+    """Move entries of output_dir into a new sibling `<output_dir>.superseded-<time>/`, each by one rename (same
+    filesystem, so nothing is copied and nothing is ever in neither place). run.json goes last: a start killed
+    midway still finds the old run's record and sets the rest aside too."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1000):
+        aside = root.with_name(f"{root.name}{SUPERSEDED}{stamp}" + (f"-{attempt}" if attempt else ""))
+        try:
+            aside.mkdir()
+            break
+        except FileExistsError:
+            continue
+    for entry in sorted(entries, key=lambda p: p.name == RUN_FILE):
+        os.replace(entry, aside / entry.name)
+    return aside
+
+
+def _remove(entries: list[Path]) -> None:
+    for entry in entries:
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+
+
+def replace_old_run(root: Path, discard: bool, why: str) -> str | None:
+    """Make room for a fresh start: set the old run's files aside, or delete them when the user asked to.
+    Returns the line that tells the user where they went (None when there was nothing)."""
+    entries = foreign_entries(root)
+    if not entries:
+        return None
+    if discard:
+        _remove(entries)
+        return f"output_dir '{root}': {why}; its files were deleted ('discard_checkpoints: true')"
+    aside = set_aside(root, entries)
+    return f"output_dir '{root}': {why}; its files were moved to '{aside}' (delete that folder when no longer needed)"

@@ -65,8 +65,8 @@ def test_ppo_trains_its_reward_model_first_as_a_subflow(prefect_api, root):
         [client.get_experiment_by_name("preference-flows").experiment_id])}
     assert {"rm", "ppo"} <= stages, "the reward model has its own MLflow run"
 
-    marker = (root / "rm" / "TRAIN_COMPLETE.json").stat().st_mtime_ns
+    marker = (root / "rm" / "run.json").stat().st_mtime_ns
     again, states = run_flow(root / "ppo.yaml")
     assert all(set(s) == {"Cached"} for name, s in states.items() if name in STEPS), states
-    assert (root / "rm" / "TRAIN_COMPLETE.json").stat().st_mtime_ns == marker, "the reward model is not retrained"
+    assert (root / "rm" / "run.json").stat().st_mtime_ns == marker, "the reward model is not retrained"
     assert again["mlflow_run_id"] == result["mlflow_run_id"]

@@ -152,7 +152,7 @@ def test_every_machine_computes_the_main_ones_keys_and_joins_no_finished_trainin
     """Rank, address and port name no other training: a node finds the main machine's entries and its marker."""
     from tuneline.pipeline import keys
     from tuneline.pipeline.node import DATASET_STEP, train_on_node, training_inputs
-    from tuneline.pipeline.train_step import COMPLETE_MARKER
+    from tuneline.training_contract import RUN_FILE
 
     main = config(tmp_path, model_name_or_path=str(tiny_model_dir), **MACHINES)
     node = config(tmp_path, model_name_or_path=str(tiny_model_dir), **MACHINES, machine_rank=1, main_process_port=7000)
@@ -163,8 +163,8 @@ def test_every_machine_computes_the_main_ones_keys_and_joins_no_finished_trainin
     (folder / "COMPLETE").write_text(json.dumps({"fingerprint": dataset_fp}))
     main.output_dir.mkdir()
     key = keys.train_key(main, dataset_fp, keys.reference_key(main, dataset_fp))
-    (main.output_dir / COMPLETE_MARKER).write_text(json.dumps({"train_key": key}))
+    (main.output_dir / RUN_FILE).write_text(json.dumps({"train_key": key, "status": "complete"}))
     lines: list[str] = []
     assert train_on_node(node, timeout_s=0, on_line=lines.append) is False
-    assert lines == [f"the training of this config has finished already ({main.output_dir / COMPLETE_MARKER}); "
+    assert lines == [f"the training of this config has finished already ({main.output_dir / RUN_FILE}); "
                      "nothing to join"]

@@ -44,7 +44,7 @@ def trained_output(root: Path) -> tuple[Path, Path]:
     (out / "checkpoint-2" / "optimizer.pt").write_bytes(b"state")
     files = {"adapter_model.safetensors": b"\x00weights", "adapter_config.json": b"{}",
              "README.md": b"peft's template card", "run.json": b"{}", "trainer_log.jsonl": b"{}\n",
-             "TRAIN_COMPLETE.json": b"{}", "tuneline_config.yaml": b"stage: sft\n"}
+             "tuneline_config.yaml": b"stage: sft\n"}
     for name, data in files.items():
         (out / name).write_bytes(data)
     card = root / "card.md"

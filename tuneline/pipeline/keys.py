@@ -15,6 +15,7 @@ from tuneline.config.training_keys import PUBLISH_KEYS
 from tuneline.fingerprint import fingerprint, memo_dir, sources_digest
 from tuneline.model.fingerprint import reward_model_fingerprint
 from tuneline.model.tokenizer import tokenizer_fingerprint
+from tuneline.training_contract import weight_neutral_keys
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,9 +76,7 @@ def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
 def resume_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
     """What a checkpoint's optimisation depends on: the train key less the code and the settings that only change
     how a run is watched or stored (logging, saving, evaluation schedule, output_dir). A run whose train key
-    differs but whose resume key matches resumes from the checkpoint (see tuneline/train/output_dir.py)."""
-    from tuneline.train.output_dir import weight_neutral_keys
-
+    differs but whose resume key matches resumes from the checkpoint (tuneline/train/output_dir.py decides it)."""
     neutral = weight_neutral_keys(config)
     shaping = {k: v for k, v in training_slice(config).items() if k not in neutral}
     return fingerprint("resume", shaping, dataset_fp, reference_fp, base_model_key(config),

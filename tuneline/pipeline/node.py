@@ -20,8 +20,8 @@ from tuneline.config import RunConfig, dump_config
 from tuneline.errors import UserError
 from tuneline.pipeline import keys
 from tuneline.pipeline.launch import launch_command, run_streaming
-from tuneline.pipeline.train_step import COMPLETE_MARKER, training_complete
 from tuneline.step_cache import entry_dir, read_reference
+from tuneline.training_contract import RUN_FILE, training_complete
 
 DATASET_STEP, REFERENCE_STEP = "build-dataset", "build-reference-model"  # the folders tasks/ caches them in
 POLL_S = 2.0
@@ -74,7 +74,7 @@ def train_on_node(config: RunConfig, timeout_s: float, on_line: Callable[[str], 
     dataset_fp = inputs[DATASET_STEP][1]
     reference_fp = inputs[REFERENCE_STEP][1] if REFERENCE_STEP in inputs else keys.reference_key(config, dataset_fp)
     if training_complete(config.output_dir, keys.train_key(config, dataset_fp, reference_fp)):
-        on_line(f"the training of this config has finished already ({config.output_dir / COMPLETE_MARKER}); "
+        on_line(f"the training of this config has finished already ({config.output_dir / RUN_FILE}); "
                 "nothing to join")
         return False
     trains_on = inputs.get(REFERENCE_STEP, inputs[DATASET_STEP])[0]  # the reference step's copy holds ref log-probs

@@ -18,8 +18,7 @@ from tuneline import tracking
 from tuneline.config import RunConfig
 from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, not_evaluated
 from tuneline.pipeline import keys
-from tuneline.train.predict import PREDICTIONS_FILE
-from tuneline.training_contract import METRICS_SPOOL_DIR
+from tuneline.training_contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ REGISTERED_TAG = "tuneline.registered_version"
 EVALUATION_TAG = "tuneline.evaluation"  # "done", or "skipped: <why>"
 PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own: the UI nests the run under its parent
 TRUST_REMOTE_CODE_TAG = "tuneline.trust_remote_code"  # set only when on: the model repo's Python code ran
-NOT_MODEL_FILES = {"TRAIN_COMPLETE.json", "run.json", "trainer_log.jsonl", "tuneline_config.yaml"}
+NOT_MODEL_FILES = {"run.json", "trainer_log.jsonl", "tuneline_config.yaml"}
 
 
 def package_versions() -> dict[str, str]:

@@ -1,9 +1,10 @@
 """The train step, from the flow's side: launch `accelerate launch -m tuneline.train` and follow it.
 
 The parent writes the resolved config into output_dir, launches the child with the MLflow run in its
-environment (the child logs its own step metrics there), forwards its lines and its progress, and marks the
-output complete only after a clean exit. A killed parent leaves no marker, so the next start launches again and
-the child resumes from its checkpoint.
+environment (the child logs its own step metrics there), forwards its lines and its progress, and after a clean
+exit adds the result (metrics, keys) to run.json, whose `status: complete` the child set: the one completion
+marker (tuneline.training_contract). A killed start leaves the status `running`, so the next start launches again
+and the child resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -18,19 +19,24 @@ from typing import Any
 from tuneline.config import RunConfig, dump_config
 from tuneline.pipeline.follow_log import TrainerLogReader
 from tuneline.pipeline.launch import TrainingFailed, launch_command, run_streaming
-from tuneline.training_contract import ERROR_PREFIX, LOG_FILE, RESUME_KEY_ENV, TRAIN_KEY_ENV
+from tuneline.training_contract import (
+    COMPLETE,
+    ERROR_PREFIX,
+    LOG_FILE,
+    RESUME_KEY_ENV,
+    TRAIN_KEY_ENV,
+    OutputDirLock,
+    changed_settings,
+    describe_changes,
+    finished_run,
+    recorded_settings,
+    replace_old_run,
+    training_complete,
+    write_run_file,
+)
 
-COMPLETE_MARKER = "TRAIN_COMPLETE.json"
 RESOLVED_CONFIG = "tuneline_config.yaml"
-
-
-def training_complete(output_dir: str | Path, key: str) -> bool:
-    """True when output_dir holds a finished training for exactly this key."""
-    marker = Path(output_dir) / COMPLETE_MARKER
-    try:
-        return json.loads(marker.read_text()).get("train_key") == key
-    except (OSError, json.JSONDecodeError):
-        return False
+REFERENCE_FIELDS = ("output_dir", "train_key", "metrics", "mlflow_run_id", "resume_key")  # what the step returns
 
 
 # How a crashed training shows in its launcher's last lines: a process killed by a signal (accelerate's launcher,
@@ -49,8 +55,6 @@ def worth_retrying(error: BaseException) -> bool:
 def start_over(output_dir: Path, discard: bool = False) -> str | None:
     """`refresh_cache` means train again from step 0: this output_dir's checkpoints and results are moved aside
     to `<output_dir>.superseded-<time>/`, or deleted when the user named it (`discard_checkpoints`)."""
-    from tuneline.train.output_dir import OutputDirLock, replace_old_run
-
     if not output_dir.is_dir():
         return None
     lock = OutputDirLock(output_dir)  # a trainer still running there makes this fail with its holder named
@@ -62,8 +66,6 @@ def start_over(output_dir: Path, discard: bool = False) -> str | None:
 
 def refuse_if_in_use(output_dir: Path) -> None:
     """A second run on an output_dir where a training runs is refused before it writes anything there."""
-    from tuneline.train.output_dir import OutputDirLock
-
     if output_dir.is_dir():
         OutputDirLock(output_dir).release()  # raises LockHeld naming the running one
 
@@ -72,21 +74,13 @@ def finished_compatible(output_dir: Path, key: str, resume_key: str | None, conf
                         on_line: Callable[[str], None]) -> dict | None:
     """A finished training whose key differs only in what does not shape the weights (logging, saving, code):
     its result stands for this key too, re-stamped, instead of training again from step 0."""
-    from tuneline.train.output_dir import changed_settings, describe_changes, recorded_settings, write_run_file
-
-    marker = output_dir / COMPLETE_MARKER
-    try:
-        done = json.loads(marker.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    if not resume_key or done.get("resume_key") != resume_key:
+    done = finished_run(output_dir)
+    if not done or not resume_key or done.get("resume_key") != resume_key:
         return None
     settings = recorded_settings(config)
     changes = changed_settings(done.get("settings"), settings)
     why = f"settings changed: {describe_changes(changes)}" if changes else "tuneline's training code changed"
-    ref = {**done, "train_key": key, "settings": settings}
-    _write_json(marker, ref)
-    write_run_file(output_dir, train_key=key, resume_key=resume_key, settings=settings)
+    ref = write_run_file(output_dir, train_key=key, resume_key=resume_key, settings=settings)
     on_line(f"output_dir '{output_dir}': the finished training is kept, as nothing that shapes its weights "
             f"changed ({why}); set 'refresh_cache: true' to train again")
     return ref
@@ -116,7 +110,7 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
         if moved := start_over(output_dir, config.pipeline.discard_checkpoints):
             on_line(moved)
     elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
-        return _reference(json.loads((output_dir / COMPLETE_MARKER).read_text()))
+        return _reference(finished_run(output_dir))
     elif (kept := finished_compatible(output_dir, key, resume_key, config, on_line)) is not None:
         return _reference(kept)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -140,17 +134,18 @@ def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     run_streaming(cmd, env, forward)
     if on_progress and (last := progress.new_entries()):  # the end, which arrived within the last interval
         on_progress(last[-1])
-    from tuneline.train.output_dir import recorded_settings
-
-    ref = {"output_dir": str(output_dir), "train_key": key, "metrics": _read_metrics(output_dir),
-           "mlflow_run_id": mlflow_run_id, "resume_key": resume_key, "settings": recorded_settings(config)}
-    _write_json(output_dir / COMPLETE_MARKER, ref)
+    ref = write_run_file(output_dir, output_dir=str(output_dir), train_key=key, metrics=_read_metrics(output_dir),
+                         mlflow_run_id=mlflow_run_id, resume_key=resume_key, settings=recorded_settings(config),
+                         status=COMPLETE)
     return _reference(ref)
 
 
-def _reference(marker: dict) -> dict[str, Any]:
-    """What the step returns: the marker less the settings it keeps to name later changes (a small reference)."""
-    return {k: v for k, v in marker.items() if k != "settings"}
+def _reference(run: dict) -> dict[str, Any]:
+    """What the step returns: a small reference to the finished training (run.json also keeps its settings, to name
+    later changes, and how it ran); metrics read from output_dir where a start ended before recording them."""
+    ref = {k: run.get(k) for k in REFERENCE_FIELDS}
+    ref["metrics"] = ref["metrics"] if ref["metrics"] is not None else _read_metrics(Path(run["output_dir"]))
+    return ref
 
 
 def _resume_key(config: RunConfig, dataset_ref: dict, reference_ref: dict | None) -> str | None:
@@ -160,13 +155,6 @@ def _resume_key(config: RunConfig, dataset_ref: dict, reference_ref: dict | None
     from tuneline.pipeline import keys
 
     return keys.resume_key(config, dataset_ref["fingerprint"], (reference_ref or {}).get("fingerprint"))
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Whole or absent: a later run never reads half a marker."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, default=str))
-    os.replace(tmp, path)
 
 
 def _read_metrics(output_dir: Path) -> dict[str, float]:

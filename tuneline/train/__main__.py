@@ -55,14 +55,15 @@ def dataset_reference(config, path: str | None) -> dict:
 
 def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
     """Process 0 locks output_dir and decides the resume point; the others read it from run.json."""
-    from tuneline.train.output_dir import prepare_output_dir, read_run_file, train_key
+    from tuneline.train.output_dir import prepare_output_dir, standalone_key
+    from tuneline.training_contract import read_run_file
 
     lock = None
     if is_main:
         key = os.environ.get(TRAIN_KEY_ENV)
         # alone (no flow gave keys), the key computed here leaves out what does not shape the weights: it is both
         resume_key = os.environ.get(RESUME_KEY_ENV) if key else None
-        key = key or train_key(config, dataset_ref)
+        key = key or standalone_key(config, dataset_ref)
         lock, resume = prepare_output_dir(config, key, os.environ.get("MLFLOW_RUN_ID"), resume_key or key)
         if resume is None:
             from tuneline.train.mlflow_checkpoints import restore_into_run_file
@@ -84,8 +85,8 @@ def train(config_path: str, dataset_path: str | None) -> dict:
     from tuneline.config import load_config
     from tuneline.deepspeed_setup import share_process_group
     from tuneline.train import stage_runner
-    from tuneline.train.output_dir import write_run_file
     from tuneline.train.training_args import build_training_args
+    from tuneline.training_contract import COMPLETE, write_run_file
 
     config = load_config(config_path)
     run = stage_runner(config.stage)
@@ -98,7 +99,7 @@ def train(config_path: str, dataset_path: str | None) -> dict:
         result = run(config, dataset_ref, [])
         state.wait_for_everyone()
         if state.is_main_process:
-            write_run_file(config.output_dir, status="complete", global_step=result.get("global_step"),
+            write_run_file(config.output_dir, status=COMPLETE, global_step=result.get("global_step"),
                            finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
         return result
     finally:

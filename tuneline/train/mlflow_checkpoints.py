@@ -37,7 +37,7 @@ def _mlflow_target() -> tuple[str | None, str | None]:
 
 def _run_keys(output_dir: str | Path) -> dict[str, str | None]:
     """The train and resume keys run.json holds (None where it has none)."""
-    from tuneline.train.output_dir import read_run_file
+    from tuneline.training_contract import read_run_file
 
     found = read_run_file(output_dir) or {}
     return {"train_key": found.get("train_key"), "resume_key": found.get("resume_key")}
@@ -130,7 +130,7 @@ def restore_into_run_file(config) -> Path | None:
 
     Call it on the main process after `prepare_output_dir` returned no local checkpoint.
     """
-    from tuneline.train.output_dir import write_run_file
+    from tuneline.training_contract import write_run_file
 
     restored = restore_checkpoint_from_mlflow(config, config.output_dir)
     if restored is not None:

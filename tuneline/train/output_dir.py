@@ -1,7 +1,8 @@
-"""Who owns an output_dir, and whether a start resumes, starts fresh, or refuses (DESIGN.md section 3).
+"""Whether a start resumes, starts fresh, or refuses (DESIGN.md section 3); the child's side of output_dir.
 
-- `run.json` holds the train key (what the result depends on) and the MLflow run id, written before training.
-- An OS file lock is held for as long as a process trains there; a second trainer gets an error naming the holder.
+- `run.json` holds the train key (what the result depends on) and the MLflow run id, written before training; an OS
+  file lock is held for as long as a process trains there (both in tuneline.training_contract, which the flow's
+  side reads too).
 - Two keys, kept apart: the train key is exact (any change of setting or code reruns the step); the resume key
   covers only what a checkpoint's optimisation depends on (model, data, the settings that shape the weights).
   Same train key, or same resume key -> resume from the last complete checkpoint (saying which settings changed).
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import socket
 import time
 import zipfile
@@ -23,83 +23,36 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.errors import UserError
-from tuneline.fingerprint import fingerprint, hash_files
+from tuneline.fingerprint import fingerprint
 from tuneline.train.checkpoints import TRAINER_STATE, checkpoint_step, clear_staging, complete_checkpoints, is_complete
+from tuneline.training_contract import (
+    COSMETIC_KEYS,
+    EVAL_SCHEDULE_KEYS,
+    SUPERSEDED,
+    OutputDirLock,
+    changed_settings,
+    describe_changes,
+    foreign_entries,
+    read_run_file,
+    recorded_settings,
+    replace_old_run,
+    set_aside,
+    weight_neutral_keys,
+    write_run_file,
+)
 
 log = logging.getLogger(__name__)
 
-RUN_FILE = "run.json"
-LOCK_FILE = ".tuneline.lock"
-OWNER_FILE = ".tuneline.lock.owner"
 TRAIN_CODE_VERSION = "train-1"
-SUPERSEDED = ".superseded-"  # `<output_dir>.superseded-<time>`: a replaced run's files, set aside
-# Files that may sit in an output_dir before training without making it "another run's": the lock, and
-# the input the launcher writes there first (the resolved config, as any top-level *.yaml).
-_HARMLESS = {LOCK_FILE, OWNER_FILE}
-
-# Keys that change how a run is watched or stored, not the weights it ends with.
-COSMETIC_KEYS = frozenset({
-    "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "logging_dir", "logging_steps",
-    "logging_strategy", "logging_first_step", "logging_nan_inf_filter", "log_level", "log_level_replica",
-    "log_on_each_node", "disable_tqdm", "report_to", "run_name", "project", "save_steps", "save_strategy",
-    "save_total_limit", "save_on_each_node", "save_safetensors", "save_only_model", "push_to_hub", "hub_token",
-    "hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "dataloader_num_workers",
-    "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor", "skip_memory_metrics",
-    "include_num_input_tokens_seen", "hf_hub_token", "cache_dir", "export_dir", "export_size", "export_device",
-    "export_legacy_format", "plot_loss", "include_effective_tokens_per_second", "per_device_eval_batch_size",
-    "eval_accumulation_steps", "ddp_timeout", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
-    "discard_checkpoints",
-})
-# When evaluations run: cosmetic too, unless an evaluation decides the weights (best model, early stopping).
-EVAL_SCHEDULE_KEYS = frozenset({"eval_steps", "eval_strategy", "eval_delay", "eval_on_start", "eval_do_concat_batches"})
 
 
-def weight_neutral_keys(config) -> frozenset[str]:
-    """Keys a checkpoint can be resumed across: they change how a run is watched or stored, not its weights."""
-    decides = config.training.get("load_best_model_at_end") or config.finetuning.early_stopping_steps
-    return COSMETIC_KEYS if decides else COSMETIC_KEYS | EVAL_SCHEDULE_KEYS
+def standalone_key(config, dataset_ref: dict[str, Any] | None) -> str:
+    """The key of a training when the child runs alone (no flow gave it the step's keys): the model's fingerprint
+    (tuneline.model.fingerprint), the dataset reference, the settings that shape the weights. It serves as the
+    resume key too."""
+    from tuneline.model.fingerprint import model_fingerprint
 
-
-def recorded_settings(config) -> dict[str, Any]:
-    """Every setting as plain JSON, credentials unset: kept in run.json to name what changed at the next start."""
-    return json.loads(json.dumps(config.without_secrets().flat(), default=str))
-
-
-def changed_settings(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    if not before:
-        return {}
-    return {k: (before.get(k), now.get(k)) for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)}
-
-
-def _shown(value: Any) -> str:
-    """A value as a user would write it in YAML (`5`, not the `5.0` the training arguments hold)."""
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else repr(value)
-
-
-def describe_changes(changes: dict[str, tuple[Any, Any]], limit: int = 8) -> str:
-    shown = [f"{k} {_shown(old)} -> {_shown(new)}" for k, (old, new) in list(changes.items())[:limit]]
-    more = f" and {len(changes) - limit} more" if len(changes) > limit else ""
-    return "; ".join(shown) + more
-
-
-class LockHeld(UserError):
-    """Another process trains in this output_dir."""
-
-
-def model_fingerprint(config, memo_dir: str | Path | None = None) -> str:
-    """Content hash of a local model folder (memoised by path, size and mtime); name + revision for a hub id."""
-    root = Path(str(config.model.model_name_or_path)).expanduser()
-    if not root.is_dir():
-        return fingerprint("hub", config.model.model_name_or_path, config.model.model_revision)
-    hashes = hash_files([root], memo_dir)
-    return fingerprint("model", {str(Path(k).relative_to(root)): v for k, v in hashes.items()})
-
-
-def train_key(config, dataset_ref: dict[str, Any] | None, model_fp: str | None = None) -> str:
-    """The key of one training result when the child runs alone (no flow gave it one): model, dataset reference,
-    the config that shapes the weights. It serves as the resume key too."""
-    if model_fp is None:
-        model_fp = model_fingerprint(config, Path(config.pipeline.pipeline_cache_dir) / "hashes")
+    model_fp = model_fingerprint(config, Path(config.pipeline.pipeline_cache_dir) / "hashes")
     neutral = weight_neutral_keys(config)
     shaping = {}
     for group in (config.model, config.finetuning):
@@ -107,101 +60,6 @@ def train_key(config, dataset_ref: dict[str, Any] | None, model_fp: str | None =
     shaping.update({k: v for k, v in config.training.items() if k not in neutral})
     data_fp = (dataset_ref or {}).get("fingerprint") or (dataset_ref or {}).get("path")
     return fingerprint(TRAIN_CODE_VERSION, model_fp, data_fp, shaping)
-
-
-class OutputDirLock:
-    """An exclusive OS lock on output_dir, released by the OS when the process dies (even by SIGKILL), so a dead
-    holder's lock is taken over by the next start; the owner file names the holder for the one refused."""
-
-    def __init__(self, output_dir: str | Path, **about: Any):
-        from filelock import FileLock, Timeout
-
-        self.root = Path(output_dir)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(self.root / LOCK_FILE), timeout=0)
-        try:
-            self._lock.acquire()
-        except Timeout:
-            raise LockHeld(f"output_dir '{self.root}' is in use: {_describe_owner(self.root)}. Wait for that "
-                           "training to finish or stop it, or choose another 'output_dir'",
-                           title="tuneline cannot train") from None
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                 **{k: v for k, v in about.items() if v}}
-        (self.root / OWNER_FILE).write_text(json.dumps(owner, default=str))
-
-    def release(self) -> None:
-        if self._lock.is_locked:
-            (self.root / OWNER_FILE).unlink(missing_ok=True)
-            self._lock.release()
-
-
-def _describe_owner(root: Path) -> str:
-    try:
-        owner = json.loads((root / OWNER_FILE).read_text())
-        text = f"pid {owner['pid']} on host {owner['host']} holds its lock since {owner['since']}"
-    except (OSError, ValueError, KeyError):
-        return "another process holds its lock"
-    about = [f"MLflow run {owner['mlflow_run_id']}" if owner.get("mlflow_run_id") else "",
-             f"run '{owner['run_name']}'" if owner.get("run_name") else ""]
-    return text + (f" ({', '.join(a for a in about if a)})" if any(about) else "")
-
-
-def read_run_file(output_dir: str | Path) -> dict[str, Any] | None:
-    path = Path(output_dir) / RUN_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def write_run_file(output_dir: str | Path, **fields: Any) -> dict[str, Any]:
-    """Merge fields into run.json (written to a temp name, then renamed)."""
-    path = Path(output_dir) / RUN_FILE
-    data = {**(read_run_file(output_dir) or {}), **fields}
-    tmp = path.with_name(f".{RUN_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
-    return data
-
-
-def _foreign_entries(root: Path) -> list[Path]:
-    """What would be lost by starting over: everything but the lock and the launcher's inputs."""
-    return [p for p in root.iterdir() if p.name not in _HARMLESS and not (p.is_file() and p.suffix in (".yaml", ".yml"))]
-
-
-def set_aside(root: Path, entries: list[Path]) -> Path:
-    """Move entries of output_dir into a new sibling `<output_dir>.superseded-<time>/`, each by one rename (same
-    filesystem, so nothing is copied and nothing is ever in neither place). run.json goes last: a start killed
-    midway still finds the old run's record and sets the rest aside too."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for attempt in range(1000):
-        aside = root.with_name(f"{root.name}{SUPERSEDED}{stamp}" + (f"-{attempt}" if attempt else ""))
-        try:
-            aside.mkdir()
-            break
-        except FileExistsError:
-            continue
-    for entry in sorted(entries, key=lambda p: p.name == RUN_FILE):
-        os.replace(entry, aside / entry.name)
-    return aside
-
-
-def _remove(entries: list[Path]) -> None:
-    for entry in entries:
-        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-
-
-def replace_old_run(root: Path, discard: bool, why: str) -> str | None:
-    """Make room for a fresh start: set the old run's files aside, or delete them when the user asked to.
-    Returns the line that tells the user where they went (None when there was nothing)."""
-    entries = _foreign_entries(root)
-    if not entries:
-        return None
-    if discard:
-        _remove(entries)
-        return f"output_dir '{root}': {why}; its files were deleted ('discard_checkpoints: true')"
-    aside = set_aside(root, entries)
-    return f"output_dir '{root}': {why}; its files were moved to '{aside}' (delete that folder when no longer needed)"
 
 
 def unreadable_file(checkpoint: Path) -> str | None:
@@ -256,7 +114,7 @@ def decide_resume(output_dir: str | Path, key: str, overwrite: bool = False, res
     changes = changed_settings(previous.get("settings"), settings or {})
     same_key = previous.get("train_key") == key
     compatible = same_key or bool(resume_key and previous.get("resume_key") == resume_key)
-    if _foreign_entries(root) and not compatible:
+    if foreign_entries(root) and not compatible:
         shaping = {k: v for k, v in changes.items() if k not in COSMETIC_KEYS | EVAL_SCHEDULE_KEYS} or changes
         what = describe_changes(shaping) if shaping else (
             f"train key {previous['train_key'][:12]}" if previous.get("train_key") else "files of an unknown run")

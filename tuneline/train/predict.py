@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 from tuneline.evaluation.generation import eos_token_ids, generate_batches, split_prompt_answer, text_metrics
+from tuneline.training_contract import PREDICTIONS_FILE
 
-PREDICTIONS_FILE = "generated_predictions.jsonl"
 # text_metrics key -> LLaMA-Factory's metric name (reported x100 as it does)
 METRIC_NAMES = {"rouge1": "rouge-1", "rouge2": "rouge-2", "rougeL": "rouge-l", "bleu4": "bleu-4",
                 "exact_match": "exact_match"}

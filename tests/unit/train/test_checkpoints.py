@@ -12,7 +12,8 @@ from train_helpers import make_config, make_splits
 
 from tuneline.errors import UserError
 from tuneline.train.checkpoints import complete_checkpoints, last_complete_checkpoint
-from tuneline.train.output_dir import LockHeld, OutputDirLock, decide_resume, prepare_output_dir, read_run_file
+from tuneline.train.output_dir import decide_resume, prepare_output_dir
+from tuneline.training_contract import LockHeld, OutputDirLock, read_run_file
 
 
 @pytest.mark.slow
@@ -91,7 +92,7 @@ def test_explicit_resume_path_must_be_a_complete_checkpoint(tmp_path):
 
 def test_second_trainer_gets_an_error_naming_the_lock_holder(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from tuneline.train.output_dir import OutputDirLock; "
+        [sys.executable, "-c", "import sys, time; from tuneline.training_contract import OutputDirLock; "
          f"lock = OutputDirLock({str(tmp_path)!r}); print('locked', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:

@@ -74,7 +74,7 @@ def trained(tiny_model_dir, tmp_path_factory) -> dict:
 def test_zero_follows_the_plain_loss_curve(ds_config, processes, trained):
     from safetensors.torch import load_file
 
-    from tuneline.train.output_dir import read_run_file
+    from tuneline.training_contract import read_run_file
 
     plain_run, out = trained["plain"], trained[f"{ds_config}-{processes}"]
     for run in (plain_run, out):

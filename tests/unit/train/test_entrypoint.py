@@ -14,7 +14,7 @@ import pytest
 from train_helpers import make_config, write_config
 
 from tuneline.train.checkpoints import checkpoint_step, complete_checkpoints
-from tuneline.train.output_dir import read_run_file
+from tuneline.training_contract import read_run_file
 
 pytestmark = pytest.mark.slow
 RESUME_SETTINGS = {"finetuning_type": "lora", "lora_rank": 4, "lora_dropout": 0.1, "learning_rate": 1e-2,

@@ -20,7 +20,8 @@ from tuneline.errors import UserError
 from tuneline.tracking.artifacts import CHECKPOINT_MARKER, logged_checkpoints
 from tuneline.train.checkpoints import is_complete
 from tuneline.train.mlflow_checkpoints import restore_checkpoint_from_mlflow
-from tuneline.train.output_dir import prepare_output_dir, read_run_file, write_run_file
+from tuneline.train.output_dir import prepare_output_dir
+from tuneline.training_contract import read_run_file, write_run_file
 
 
 def client(uri: str):

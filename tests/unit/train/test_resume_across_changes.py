@@ -22,7 +22,8 @@ from train_helpers import make_config
 
 from tuneline.errors import UserError
 from tuneline.train.checkpoints import complete_checkpoints
-from tuneline.train.output_dir import LockHeld, decide_resume, prepare_output_dir, read_run_file
+from tuneline.train.output_dir import decide_resume, prepare_output_dir
+from tuneline.training_contract import LockHeld, read_run_file
 
 SETTINGS = {"max_steps": 4, "save_steps": 2, "logging_steps": 1, "max_samples": 32, "cutoff_len": 64,
             "overwrite_output_dir": True}  # as LLaMA-Factory's examples set it
@@ -123,7 +124,7 @@ def test_a_second_run_on_a_busy_output_dir_is_refused_naming_the_running_one(tin
 
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from tuneline.train.output_dir import OutputDirLock; "
+        [sys.executable, "-c", "import time; from tuneline.training_contract import OutputDirLock; "
          f"lock = OutputDirLock({str(out)!r}, mlflow_run_id='run-abc', run_name='nightly'); print('locked', "
          "flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -144,7 +145,8 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
     another learning rate (the old run moved aside, a fresh start)."""
     from tuneline.data import build_dataset
     from tuneline.pipeline import keys
-    from tuneline.pipeline.train_step import COMPLETE_MARKER, train_model
+    from tuneline.pipeline.train_step import train_model
+    from tuneline.training_contract import RUN_FILE, write_run_file
 
     out = tmp_path / "out"
     data = build_dataset(make_config(tiny_model_dir, out, **SETTINGS))
@@ -157,9 +159,9 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
         return train_model(config, data, reference, key, None, None, on_line=lines.append), lines
 
     run()
-    for step_4 in (out / COMPLETE_MARKER, out / "model.safetensors"):
-        step_4.unlink()
+    (out / "model.safetensors").unlink()
     shutil.rmtree(out / "checkpoint-4")  # what a kill after checkpoint-2 leaves
+    write_run_file(out, status="running")
     ref, lines = run(logging_steps=2, save_steps=3)
     assert any("resuming from checkpoint-2 (step 2)" in line and "logging_steps 1 -> 2" in line for line in lines)
     assert read_run_file(out)["resumed_step"] == 2 and read_run_file(out)["global_step"] == 4
@@ -168,10 +170,10 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
               if "loss" in json.loads(line)]
     assert logged == [1, 2, 4]  # steps 1-2 from the first start, then every 2nd: the new logging_steps
 
-    marker = (out / COMPLETE_MARKER).stat().st_mtime_ns
+    marker = (out / RUN_FILE).stat().st_mtime_ns
     ref_kept, lines = run(logging_steps=3)  # finished: kept, not trained again
     assert any("the finished training is kept" in line for line in lines) and ref_kept["metrics"] == ref["metrics"]
-    assert (out / COMPLETE_MARKER).stat().st_mtime_ns != marker  # re-stamped with the new key
+    assert (out / RUN_FILE).stat().st_mtime_ns != marker  # re-stamped with the new key
 
     _, lines = run(learning_rate=1e-3)
     [aside] = _aside(out)
