@@ -3,7 +3,7 @@ from prefect import task
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.pipeline import keys
-from tuneline.pipeline.steps import dataset_complete
+from tuneline.pipeline.cache_checks import dataset_complete
 
 
 @task(name="build-dataset", task_run_name="build-dataset {config.data.dataset}",

@@ -3,7 +3,7 @@ from prefect import task
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.pipeline import keys
-from tuneline.pipeline.steps import reference_complete
+from tuneline.pipeline.cache_checks import reference_complete
 
 
 @task(name="build-reference-model", task_run_name="build-reference-model {config.finetuning.stage}",

@@ -5,7 +5,7 @@ from tuneline.config import RunConfig
 from tuneline.pipeline import keys
 from tuneline.pipeline.publishing import publish_model
 from tuneline.pipeline.record import record_model_card, record_plots
-from tuneline.pipeline.steps import make_model_card, make_plots
+from tuneline.pipeline.report_steps import make_model_card, make_plots
 
 
 @task(name="plot", persist_result=True, task_run_name="plot {config.finetuning.stage}",

@@ -3,7 +3,7 @@ from prefect import task
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.pipeline import keys
-from tuneline.pipeline.steps import inspect_tokenizer
+from tuneline.pipeline.tokenizer_check import inspect_tokenizer
 
 
 @task(name="load-tokenizer", task_run_name="load-tokenizer {config.model.model_name_or_path}",

@@ -90,7 +90,7 @@ def plot_key(train_key: str) -> str:
 def model_card_key(config: RunConfig, train_key: str, base_eval_fp: str, tuned_eval_fp: str, run_id: str | None) -> str:
     """The card shows the settings (all of them, the run name too), both evaluations and the MLflow run's link."""
     return fingerprint("model-card", train_key, base_eval_fp, tuned_eval_fp, run_id, config.masked(),
-                       code_version("report", "pipeline/steps.py", "pipeline/record.py"))
+                       code_version("report", "pipeline/report_steps.py", "pipeline/record.py"))
 
 
 def run_key(config: RunConfig, dataset_fp: str) -> str:

@@ -10,7 +10,7 @@ import os
 from data_helpers import write_dataset
 
 from tuneline.data import build_dataset, load_processed
-from tuneline.pipeline.steps import dataset_complete
+from tuneline.pipeline.cache_checks import dataset_complete
 
 
 def test_a_truncated_arrow_file_is_set_aside_and_the_entry_rebuilt(tmp_path, make_config, caplog):

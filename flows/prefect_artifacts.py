@@ -1,4 +1,4 @@
-"""Prefect artifacts shown on each flow run: summary, evaluation table, loss plot."""
+"""Prefect artifacts shown on each flow run: summary, evaluation table, loss plot (MLflow's artifacts: tuneline.tracking)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,21 @@
+"""The load-tokenizer step's library side: load the tokenizer once, to prove it works, and describe it."""
+
+from __future__ import annotations
+
+from tuneline.config import RunConfig
+from tuneline.pipeline import keys
+
+
+def inspect_tokenizer(config: RunConfig) -> dict:
+    """Later steps receive this reference, not the tokenizer object."""
+    from tuneline.model import load_tokenizer
+
+    tokenizer = load_tokenizer(config.model)
+    return {
+        "path": str(config.model.model_name_or_path),
+        "fingerprint": keys.tokenizer_key(config),
+        "vocab_size": len(tokenizer),
+        "has_chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "eos_token": tokenizer.eos_token,
+        "pad_token": tokenizer.pad_token,
+    }
