@@ -24,7 +24,7 @@ from flows.server_lost import exit_now, is_server_lost, quiet_while_server_lost,
 from flows.user_errors import show_user_errors_without_traceback
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, train
 from tuneline.config import RunConfig, load_config
-from tuneline.errors import report_user_errors
+from tuneline.errors import UserError, report_user_errors
 from tuneline.pipeline import keys, record
 from tuneline.pipeline.reward_model_run import reward_model_overrides
 from tuneline.preflight import checked_config
@@ -38,8 +38,10 @@ def _flow_run_name() -> str:
     settings = params.get("settings")
     if isinstance(settings, dict):
         settings = Settings(**settings)
-    return load_config(params["config_path"], all_overrides(settings, params.get("overrides")),
-                       check_paths=False).run_name
+    try:  # the config the flow reads next (one read: checked_config keeps it)
+        return checked_config(params["config_path"], all_overrides(settings, params.get("overrides"))).run_name
+    except UserError:  # the flow itself reports it, named by its file
+        return Path(str(params["config_path"])).stem
 
 
 def _flow_run_url() -> str | None:

@@ -7,6 +7,10 @@ there) all start with it, so a run that cannot work is refused with one message 
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
+import os
 from pathlib import Path
 
 from tuneline.config import RunConfig, load_config
@@ -21,7 +25,25 @@ from tuneline.secrets import is_secret
 
 
 def checked_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> RunConfig:
-    """The config, or a ConfigError listing every problem found, the config's own and these."""
+    """The config, or a ConfigError listing every problem found, the config's own and these.
+
+    Read and checked once per process for the same file (as it is now) and overrides: the command, the flow run's
+    name and the flow all ask for it. Each caller gets its own copy, free to change."""
+    where = (os.getcwd(), _file_stamp(path))  # relative paths in it are read from the working folder
+    return copy.deepcopy(_checked(None if path is None else str(path), json.dumps(overrides, default=str), where))
+
+
+def _file_stamp(path: str | Path | None) -> tuple[int, int] | None:
+    try:
+        stat = Path(path).stat() if path is not None else None
+    except OSError:  # a missing file: load_config says so
+        return None
+    return (stat.st_mtime_ns, stat.st_size) if stat else None
+
+
+@functools.lru_cache(maxsize=16)
+def _checked(path: str | None, overrides_json: str, where: tuple) -> RunConfig:
+    overrides = json.loads(overrides_json)
     given = secret_override_problems(overrides)
     return load_config(path, overrides, more_checks=lambda config: given + machine_and_library_problems(config))
 

@@ -184,3 +184,24 @@ def test_a_key_tuneline_would_not_honour_is_refused_not_ignored(tmp_path, line, 
         load_config(write(tmp_path, BASE + line + "\n"), check_paths=False)
     for accepted in ("report_to: none", "report_to: mlflow", "enable_thinking: true", "export_device: cpu"):
         load_config(write(tmp_path, BASE + accepted + "\n"), check_paths=False)
+
+
+def test_a_checked_config_is_read_once_per_process_and_each_caller_gets_its_own(tmp_path, monkeypatch,
+                                                                               tiny_model_dir):
+    """The command, the flow run's name and the flow ask for the same config: one read and check, three copies; an
+    edited file is read again."""
+    import tuneline.preflight as preflight
+
+    reads = []
+    real = preflight.load_config
+    monkeypatch.setattr(preflight, "load_config", lambda *a, **k: reads.append(a) or real(*a, **k))
+    path = tmp_path / "run.yaml"
+    base = f"model_name_or_path: {tiny_model_dir}\ndataset: demo_sft\ndataset_dir: {Path(__file__).resolve().parents[2] / 'data'}\n"
+    path.write_text(base)
+    first = preflight.checked_config(path, ["learning_rate=1e-4"])
+    second = preflight.checked_config(path, ["learning_rate=1e-4"])
+    assert len(reads) == 1 and first is not second and first.training == second.training
+    first.training["learning_rate"] = 1.0
+    assert preflight.checked_config(path, ["learning_rate=1e-4"]).training["learning_rate"] == 1e-4
+    path.write_text(base + "seed: 7\n")
+    assert preflight.checked_config(path, ["learning_rate=1e-4"]).training["seed"] == 7 and len(reads) == 2
