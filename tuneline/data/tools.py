@@ -132,6 +132,16 @@ def _arguments(call: FunctionCall) -> dict:
     return json.loads(call.arguments)
 
 
+def _tagged_calls(opening: str, argument: str, closing: str) -> Callable[[list[FunctionCall]], str]:
+    """The XML-style formats' call writer: per call an opening with its name, a piece per argument (strings as they
+    are, anything else as JSON), a closing; calls one per line."""
+    def write(calls: list[FunctionCall]) -> str:
+        return "\n".join(opening.format(name=call.name) + "".join(
+            argument.format(key=key, value=_text_value(value)) for key, value in _arguments(call).items()) + closing
+            for call in calls)
+    return write
+
+
 # default: ReAct-style "Action:" lines
 _DEFAULT_PROMPT = (
     "You have access to the following tools:\n{tool_text}"
@@ -231,15 +241,6 @@ def _glm4_moe_extract(text: str) -> str | list[FunctionCall]:
     return calls or text
 
 
-def _glm4_moe_calls(calls: list[FunctionCall]) -> str:
-    out = []
-    for call in calls:
-        text = "\n<tool_call>" + call.name
-        for key, value in _arguments(call).items():
-            text += f"\n<arg_key>{key}</arg_key>\n<arg_value>{_text_value(value)}</arg_value>"
-        out.append(text)
-    return "\n".join(out)
-
 
 # qwen3_5: XML function blocks
 _QWEN35_PROMPT = (
@@ -257,15 +258,6 @@ _QWEN35_PROMPT = (
     "and do not tell the user about function calls\n</IMPORTANT>"
 )
 
-
-def _qwen35_calls(calls: list[FunctionCall]) -> str:
-    out = []
-    for call in calls:
-        text = f"<tool_call>\n<function={call.name}>"
-        for key, value in _arguments(call).items():
-            text += f"\n<parameter={key}>\n{_text_value(value)}\n</parameter>"
-        out.append(text + "\n</function>\n</tool_call>")
-    return "\n".join(out)
 
 
 _PARAMETER = re.compile(r"<parameter=(.*?)>(.*?)</parameter>", re.DOTALL)
@@ -294,15 +286,6 @@ _SEED_PROMPT = (
     "lines</parameter>\n</function>\n</seed:tool_call>\n"
 )
 
-
-def _seed_calls(calls: list[FunctionCall]) -> str:
-    out = []
-    for call in calls:
-        text = f"\n<seed:tool_call>\n<function={call.name}"
-        for key, value in _arguments(call).items():
-            text += f"\n<parameter={key}>{_text_value(value)}</parameter>"
-        out.append(text + "\n</function>\n</seed:tool_call>")
-    return "\n".join(out)
 
 
 # glm4 (GLM-4 / ChatGLM3): its own Chinese system text; one call per turn, name then arguments
@@ -419,15 +402,6 @@ _MINIMAX2_PROMPT = (
     '<parameter name="param-key-2">param-value-2</parameter>\n...\n</invoke>\n</minimax:tool_call>'
 )
 
-
-def _minimax2_calls(calls: list[FunctionCall]) -> str:
-    out = []
-    for call in calls:
-        text = f'<invoke name="{call.name}">'
-        for key, value in _arguments(call).items():
-            text += f'\n<parameter name="{key}">{_text_value(value)}</parameter>'
-        out.append(text + "\n</invoke>")
-    return "\n".join(out)
 
 
 def _minimax2_extract(text: str) -> str | list[FunctionCall]:
@@ -600,14 +574,20 @@ TOOL_FORMATS: dict[str, ToolFormat] = {
                                                                                    for t in ts)),
                            _minimax1_calls, _minimax1_extract),
     "minimax2": ToolFormat(_prompt_with_specs(_MINIMAX2_PROMPT, lambda ts: "".join(
-        "<tool>" + _dumps(_function(t)) + "</tool>\n" for t in ts)), _minimax2_calls, _minimax2_extract),
+        "<tool>" + _dumps(_function(t)) + "</tool>\n" for t in ts)),
+        _tagged_calls('<invoke name="{name}">', '\n<parameter name="{key}">{value}</parameter>', "\n</invoke>"),
+        _minimax2_extract),
     "mistral": ToolFormat(_mistral_tools, _mistral_calls, _json_list_extract("arguments")),
     "qwen": ToolFormat(_prompt_with_specs(_QWEN_PROMPT, _wrapped_lines), _qwen_calls, _qwen_extract),
     "qwen3_5": ToolFormat(_prompt_with_specs(_QWEN35_PROMPT, lambda ts: "".join("\n" + _dumps(_function(t))
                                                                                 for t in ts)),
-                          _qwen35_calls, lambda text: _function_blocks(_QWEN35_CALL, text, strip_text=True)),
-    "glm4_moe": ToolFormat(_prompt_with_specs(_GLM4_MOE_PROMPT, _wrapped_lines), _glm4_moe_calls, _glm4_moe_extract),
-    "seed_oss": ToolFormat(_prompt_with_specs(_SEED_PROMPT, lambda ts: "\n" + _dumps(ts)), _seed_calls,
+                          _tagged_calls("<tool_call>\n<function={name}>", "\n<parameter={key}>\n{value}\n</parameter>",
+                                        "\n</function>\n</tool_call>"), lambda text: _function_blocks(_QWEN35_CALL, text, strip_text=True)),
+    "glm4_moe": ToolFormat(_prompt_with_specs(_GLM4_MOE_PROMPT, _wrapped_lines), _tagged_calls(
+        "\n<tool_call>{name}", "\n<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>", ""), _glm4_moe_extract),
+    "seed_oss": ToolFormat(_prompt_with_specs(_SEED_PROMPT, lambda ts: "\n" + _dumps(ts)),
+                           _tagged_calls("\n<seed:tool_call>\n<function={name}", "\n<parameter={key}>{value}</parameter>",
+                                         "\n</function>\n</seed:tool_call>"),
                            lambda text: _function_blocks(_SEED_CALL, text, strip_text=False)),
     "ling": ToolFormat(_prompt_with_specs(_LING_PROMPT, _wrapped_lines), _qwen_calls, _qwen_extract),
 }
