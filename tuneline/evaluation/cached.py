@@ -22,7 +22,8 @@ from tuneline.step_cache import cached_step
 # Bump when a metric's meaning changes; edits to the evaluation sources also change keys (see _code_version).
 EVAL_VERSION = "1"
 # Every module of tuneline.evaluation, and the reward scoring it shares with PPO.
-EVAL_SOURCES = (*sorted(Path(__file__).parent.glob("*.py")), Path(__file__).parents[1] / "rewards.py")
+EVAL_SOURCES = (*sorted(Path(__file__).parent.glob("*.py")),
+                *(Path(__file__).parents[1] / name for name in ("rewards.py", "rollouts.py")))
 
 # The config keys that change an evaluation's result (besides the model and the data).
 EVAL_KEYS = ("stage", "cutoff_len", "template", "eval_max_samples", "eval_max_new_tokens",

@@ -65,7 +65,8 @@ def training_slice(config: RunConfig) -> dict:
     return {k: v for k, v in flat.items() if k not in NOT_CONTENT | EVAL_ONLY}
 
 
-TRAIN_CODE = ("train", "model", "losses.py", "logps.py", "rewards.py")  # what the training child runs
+# what the training child runs
+TRAIN_CODE = ("train", "model", "losses.py", "logps.py", "rewards.py", "rollouts.py")
 
 
 def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:

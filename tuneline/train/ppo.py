@@ -32,7 +32,8 @@ import torch
 
 from tuneline.errors import UserError
 from tuneline.model.optimizers import loop_optimizer
-from tuneline.rewards import load_reward_model, sample_answers, sampled_reward, sequence_scores
+from tuneline.rewards import load_reward_model, sequence_scores
+from tuneline.rollouts import sample_answers, sampled_reward
 from tuneline.train import ppo_core
 from tuneline.train.ppo_models import VALUE_HEAD_FILE, load_reference, load_value_head
 from tuneline.train.ppo_schedule import PPOSchedule, loader_settings, lr_scheduler, prompt_batches

@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 
 from tuneline.config import load_config
 from tuneline.errors import ConfigError
-from tuneline.rewards import response_mask
+from tuneline.rollouts import response_mask
 from tuneline.train import ppo_core
 
 REPO = Path(__file__).resolve().parents[3]
