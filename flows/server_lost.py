@@ -16,6 +16,8 @@ import sys
 
 import httpx
 
+from flows.user_errors import filter_once
+
 LOST_EVENTS = ("Service %r failed to process item", "EventsWorker")  # the record's format and first argument
 NO_CONNECTION = "Unable to connect to"
 QUIET_LOGGERS = ("prefect._internal.concurrency", "prefect.events.clients", "prefect.flow_runs", "prefect.task_runs")
@@ -72,10 +74,7 @@ class QuietWhileServerLost(logging.Filter):
 
 
 def quiet_while_server_lost() -> None:
-    for name in QUIET_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, QuietWhileServerLost) for f in logger.filters):
-            logger.addFilter(QuietWhileServerLost())
+    filter_once(QUIET_LOGGERS, QuietWhileServerLost)
 
 
 def exit_now(code: int) -> None:

@@ -23,8 +23,13 @@ class UserErrorsWithoutTraceback(logging.Filter):
         return True
 
 
-def show_user_errors_without_traceback() -> None:
-    for name in RUN_LOGGERS:
+def filter_once(logger_names: tuple[str, ...], kind: type[logging.Filter]) -> None:
+    """Put a `kind` filter on each named logger that has none yet (importing a flow twice adds nothing)."""
+    for name in logger_names:
         logger = logging.getLogger(name)
-        if not any(isinstance(f, UserErrorsWithoutTraceback) for f in logger.filters):
-            logger.addFilter(UserErrorsWithoutTraceback())
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())
+
+
+def show_user_errors_without_traceback() -> None:
+    filter_once(RUN_LOGGERS, UserErrorsWithoutTraceback)

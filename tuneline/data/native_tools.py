@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tuneline.data.tools import TOOL_FORMATS, FunctionCall, load_tools, parse_calls
+from tuneline.data.tools import TOOL_FORMATS, FunctionCall, load_tools, parse_calls, wrapped_tool
 from tuneline.errors import ConfigError
 
 TOOL_ROLES = ("function", "observation")
@@ -36,11 +36,6 @@ _PROBE_ANSWER = "probe answer"
 def uses_tools(messages: list[dict], tools: str | list | None) -> bool:
     """Whether a conversation needs the chat template's tool writing: a tool list, a call or a tool's result."""
     return any(m["role"] in TOOL_ROLES for m in messages) or bool(load_tools(tools))
-
-
-def _wrapped(tool: dict) -> dict:
-    """A tool spec in transformers' JSON-schema shape, which chat templates are written for."""
-    return tool if tool.get("type") == "function" else {"type": "function", "function": tool}
 
 
 def chat_message(message: dict, words: tuple[Any, Any] = (None, None)) -> dict:
@@ -82,7 +77,7 @@ class NativeTools:
         """[[text of message 0], [text of message 1], ...]: each message's part of the whole render, a prompt's
         ending with the generation prompt. Calls and tool lists are checked first, so a bad row is named as such."""
         chat = ([{"role": "system", "content": system}] if system else []) + [chat_message(m, words) for m in messages]
-        specs = [_wrapped(tool) for tool in load_tools(tools)] or None
+        specs = [wrapped_tool(tool) for tool in load_tools(tools)] or None
         start, done, out = len(chat) - len(messages), "", []
         for i in range(len(messages)):
             text = self.render(chat[:start + i + 1], specs, generation_prompt=i % 2 == 0)
@@ -100,7 +95,7 @@ def _call_text(native: NativeTools) -> str | None:
     """How the chat template writes the probe call as an answer, without the turn's end: None where it writes no
     tool list or no call (or cannot render them), "" where its renders do not grow turn by turn (tool rows then get
     the clear error when they are encoded)."""
-    question, tools = {"role": "user", "content": "q"}, [_wrapped(_PROBE_TOOL)]
+    question, tools = {"role": "user", "content": "q"}, [wrapped_tool(_PROBE_TOOL)]
     call = chat_message({"role": "function", "content": json.dumps({"name": _PROBE_CALL.name, "arguments": {"a": 1}})})
     answer = {"role": "assistant", "content": _PROBE_ANSWER}
     try:

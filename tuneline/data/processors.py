@@ -71,10 +71,9 @@ class Encoder:
             try:
                 self.template.pieces(messages, system, tools)
             except ToolDataError as exc:
-                where = BadRow(batch.get("_file", ["?"] * (i + 1))[i], batch.get("_row", [0] * (i + 1))[i],
-                               "bad function call", detail=f"{exc} (template '{self.template.name}', tool format "
-                                                           f"'{self.template.tool_format}')")
-                return where.message()
+                file, row = (batch[c][i] if c in batch else default for c, default in (("_file", "?"), ("_row", 0)))
+                detail = f"{exc} (template '{self.template.name}', tool format '{self.template.tool_format}')"
+                return BadRow(file, row, "bad function call", detail=detail).message()
         return "a function call this template's tool format cannot write"
 
     # --- shared pieces

@@ -17,12 +17,11 @@ its tokenization of them.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuneline.data.native_tools import NativeTools, probe, uses_tools
-from tuneline.data.tools import TOOL_FORMATS, FunctionCall, parse_calls, tool_date
+from tuneline.data.tools import TOOL_FORMATS, FunctionCall, between_words, parse_calls, tool_date
 
 
 @dataclass(frozen=True)
@@ -101,8 +100,7 @@ class Template:
             if self.reasoning and i % 2:
                 opening, closing = self.thought_words
                 if drop_history_thoughts and i < len(messages) - 1:
-                    thought = re.compile(re.escape(opening) + ".*?" + re.escape(closing), re.DOTALL)
-                    content = thought.sub("", content).lstrip("\n")
+                    content = between_words(self.thought_words).sub("", content).lstrip("\n")
                 elif opening.strip() not in content and closing.strip() not in content:
                     elements.append(opening + closing)
             role = message["role"]

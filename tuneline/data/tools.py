@@ -13,6 +13,7 @@ and optionally inside the template's tool-call words; `parse_calls` reads them a
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -66,10 +67,14 @@ def _calls_from_json(text: str) -> list[FunctionCall]:
     return calls
 
 
+@functools.cache
+def between_words(words: tuple[str, str]) -> re.Pattern:
+    """What stands between a pair of words (a thought's, the tool-call tags), as LLaMA-Factory matches it."""
+    return re.compile(re.escape(words[0]) + "(.*?)" + re.escape(words[1]), re.DOTALL)
+
+
 def _between(words: tuple[str, str] | None, text: str) -> re.Match | None:
-    if not words:
-        return None
-    return re.search(re.escape(words[0]) + "(.*?)" + re.escape(words[1]), text, re.DOTALL)
+    return between_words(tuple(words)).search(text) if words else None
 
 
 def parse_calls(content: str, thought_words: tuple[str, str] | None = None,
@@ -108,7 +113,8 @@ def _function(tool: dict) -> dict:
     return tool.get("function", tool) if tool.get("type") == "function" else tool
 
 
-def _wrapped(tool: dict) -> dict:
+def wrapped_tool(tool: dict) -> dict:
+    """A tool in the JSON-schema shape chat templates and most formats write: {"type": "function", "function": ...}."""
     return tool if tool.get("type") == "function" else {"type": "function", "function": tool}
 
 
@@ -204,7 +210,7 @@ _GLM4_MOE_PROMPT = "\n\n" + _QWEN_TOOLS_HEAD + (
 
 
 def _wrapped_lines(tools: list[dict]) -> str:
-    return "".join("\n" + _dumps(_wrapped(tool)) for tool in tools)
+    return "".join("\n" + _dumps(wrapped_tool(tool)) for tool in tools)
 
 
 def _qwen_calls(calls: list[FunctionCall]) -> str:
@@ -332,7 +338,7 @@ _LLAMA3_PROMPT = (
 
 
 def _llama3_tools(tools: list[dict], today: str) -> str:
-    text = "".join(_dumps(_wrapped(tool), indent=4) + "\n\n" for tool in tools)
+    text = "".join(_dumps(wrapped_tool(tool), indent=4) + "\n\n" for tool in tools)
     return _LLAMA3_PROMPT.format(date=today, tool_text=text)
 
 
@@ -358,7 +364,7 @@ def _json_list_extract(key: str) -> Callable[[str], str | list[FunctionCall]]:
 
 # mistral (v0.3 and later): the tool list in [AVAILABLE_TOOLS], calls as a JSON list
 def _mistral_tools(tools: list[dict], today: str) -> str:
-    return "[AVAILABLE_TOOLS] " + _dumps([_wrapped(tool) for tool in tools]) + "[/AVAILABLE_TOOLS]"
+    return "[AVAILABLE_TOOLS] " + _dumps([wrapped_tool(tool) for tool in tools]) + "[/AVAILABLE_TOOLS]"
 
 
 def _mistral_calls(calls: list[FunctionCall]) -> str:
