@@ -9,6 +9,9 @@ from the run's trainer_log.jsonl: non-padding tokens/s between the first and the
 before the first log line are warm-up), peak GPU memory (`peak_gpu_memory_mb`: torch.cuda.max_memory_allocated of
 the training process), the final loss, and the whole command's wall time.
 
+First, `benchmarks/batching.py` compares padded and padding-free sft batches per attention kernel on the same
+model sizes (`--no-batching` skips it).
+
 Model FLOPs utilisation = flops_per_token x tokens/s / the card's dense bf16 peak, with flops_per_token = 6 x N for
 full tuning (forward 2N, input gradients 2N, weight gradients 2N; Kaplan's 6N) and 4 x N for LoRA, QLoRA and dpo
 LoRA (the frozen weights get no gradient), where N counts the weights of every Linear layer (lm_head included,
@@ -223,6 +226,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--llamafactory", action="store_true", help="also run LLaMA-Factory from .venv-peer")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--dry-run", action="store_true", help="write and check the configs, print the plan")
+    parser.add_argument("--no-batching", action="store_true", help="skip benchmarks/batching.py (run first)")
     parser.add_argument("--work", default=None, help="workspace folder (default: a temporary one)")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.cases.split(",")) - set(CASES))
@@ -247,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name} ({system}): {'llamafactory-cli' if system == 'llamafactory' else 'tuneline'} train {config}")
     if args.dry_run:
         return 0
+    if not args.no_batching:  # padded against padding-free batches per attention, on the same sizes
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "batching.py"), "--device", args.device,
+                        "--preset", args.preset, "--json", str(work / "batching.json")], check=False)
     gpu = device_name(args.device)
     peak = peak_tflops(gpu, args.peak_tflops)
     if not (work / "model" / "config.json").is_file():

@@ -23,7 +23,12 @@ def quantization_problem(key: str, bits: int | None, cuda: bool) -> str | None:
     return None
 
 
-def flash_attention_problem(cuda: bool) -> str | None:
+def attention_problem(name: str, cuda: bool) -> str | None:
+    """Why `attn_implementation: name` cannot run here, or None."""
+    if name == "flex_attention" and not cuda:
+        return "'attn_implementation: flex_attention' needs a CUDA GPU and none is visible; use 'sdpa'"
+    if name != "flash_attention_2":
+        return None
     if not installed("flash_attn"):
         return ("'attn_implementation: flash_attention_2' (or 'flash_attn: fa2') needs the flash-attn package, which "
                 "is not installed: `pip install flash-attn`, or use 'sdpa'")
@@ -36,8 +41,7 @@ def missing_requirements(config, cuda: bool) -> list[str]:
     """Every package or device this config needs and this machine lacks; `cuda`: whether training gets a GPU."""
     problems = [quantization_problem("quantization_bit", config.model.quantization_bit, cuda),
                 quantization_problem("ref_model_quantization_bit", config.finetuning.ref_model_quantization_bit, cuda)]
-    if config.model.attn_implementation == "flash_attention_2":
-        problems.append(flash_attention_problem(cuda))
+    problems.append(attention_problem(config.model.attn_implementation, cuda))
     if config.training.get("fp16") and not cuda:
         problems.append("'fp16: true' needs a CUDA GPU and none is visible; on CPU use 'bf16: true' or neither")
     problems += deepspeed_problems(config.training.get("deepspeed"))

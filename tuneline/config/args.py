@@ -40,7 +40,10 @@ class ModelArgs:
     add_special_tokens: str | None = arg(None, "Comma-separated special tokens to add.")
     low_cpu_mem_usage: bool = arg(True, "Load weights without a second full copy in memory.")
     # --- how to compute
-    attn_implementation: str = arg("sdpa", "Attention kernel.", ("eager", "sdpa", "flash_attention_2"))
+    attn_implementation: str = arg(
+        "sdpa", "Attention kernel. sft training batches go padding-free wherever it can keep their examples apart "
+                "(CPU: sdpa per example; CUDA: sdpa, flex_attention, flash_attention_2).",
+        ("eager", "sdpa", "flex_attention", "flash_attention_2"))
     flash_attn: str = arg("auto", "LLaMA-Factory's attention switch; maps onto attn_implementation.",
                           ("auto", "disabled", "sdpa", "fa2"))
     disable_gradient_checkpointing: bool = arg(

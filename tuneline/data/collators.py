@@ -5,10 +5,10 @@ Columns padded together share one length (chosen and rejected, so a trainer can 
 prompts are padded on the left, for generation. A packed sft batch (rows carrying `position_ids`) is
 collated without `attention_mask` and with `use_cache=False`: see `tuneline.data.packing` for why.
 
-`flatten` (sft training on CPU): the batch's examples go end to end into one row, isolated as a packed row's
-are (position resets, no mask, each example's first label -100), so no layer computes a padding position. The
-loss is the padded batch's: the same label tokens, each predicted from its own example's prefix, and the
-trainer's token count (`labels[..., 1:]`) is unchanged, since a row's first label never counts.
+`flatten` (padding-free sft training, decided by `tuneline.model.batching`): transformers'
+`DataCollatorWithFlattening` puts the batch's examples end to end in one row, isolated as a packed row's are
+(position resets, no mask, each example's first label -100). The loss is the padded batch's, and the trainer's
+token count (`labels[..., 1:]`) is unchanged, since a row's first label never counts.
 """
 
 from __future__ import annotations
@@ -74,17 +74,11 @@ class Collator:
             batch["use_cache"] = False
         return batch
 
-
     def flattened(self, features: list[dict]) -> dict:
-        import torch
+        from transformers import DataCollatorWithFlattening
 
-        input_ids, labels, positions = [], [], []
-        for f in features:
-            input_ids += f["input_ids"]
-            labels += [IGNORE, *f["labels"][1:]]
-            positions += range(len(f["input_ids"]))
-        return {"input_ids": torch.tensor([input_ids]), "labels": torch.tensor([labels]),
-                "position_ids": torch.tensor([positions]), "use_cache": False}
+        columns = [{"input_ids": f["input_ids"], "labels": f["labels"]} for f in features]
+        return {**DataCollatorWithFlattening()(columns), "use_cache": False}
 
 
 def build_collator(stage: str, tokenizer, pad_to_multiple_of: int | None = None, flatten: bool = False) -> Collator:

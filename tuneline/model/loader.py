@@ -19,8 +19,9 @@ from tuneline.config.run_config import split_names
 from tuneline.config.validate import check_model_path
 from tuneline.errors import ConfigError, UserError
 from tuneline.model.adapters import add_lora, attach_adapters, check_adapter_paths
+from tuneline.model.batching import attention_kwargs
 from tuneline.model.freeze import setup_freeze, setup_full
-from tuneline.model.precision import attention_kwargs, compute_dtype, quantization_kwargs, trains_on_cpu
+from tuneline.model.precision import compute_dtype, quantization_kwargs, trains_on_cpu
 
 logger = logging.getLogger("tuneline")
 

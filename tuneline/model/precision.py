@@ -1,4 +1,4 @@
-"""Which dtype, attention kernel and quantization a model loads with, decided from the config and the device.
+"""Which dtype and quantization a model loads with, decided from the config and the device.
 
 The device decides the default (bf16 where the GPU supports it, fp16 on older GPUs, fp32 on CPU) so one config
 runs on a laptop and a cluster; `bf16` / `fp16` in the config override it.
@@ -10,7 +10,7 @@ import os
 
 from tuneline.config import RunConfig
 from tuneline.errors import ConfigError, UserError
-from tuneline.requirements import flash_attention_problem, quantization_problem
+from tuneline.requirements import quantization_problem
 
 PRECISION_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 INFER_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -44,31 +44,6 @@ def compute_dtype(config: RunConfig, is_trainable: bool = True):
     if not is_trainable and config.model.infer_dtype != "auto":
         precision = INFER_DTYPES[config.model.infer_dtype]
     return getattr(torch, PRECISION_DTYPES[precision])
-
-
-def attention_kwargs(config: RunConfig, is_trainable: bool = False) -> dict:
-    """attn_implementation for from_pretrained; flash_attention_2 only where it can run; sft training on CPU
-    (packed or flattened batches) gets sdpa run per example (same results, see `tuneline.model.packed_attention`)."""
-    name = config.model.attn_implementation
-    if name == "flash_attention_2" and (problem := flash_attention_problem(_cuda_available())):
-        raise UserError(problem)
-    if name == "sdpa" and is_trainable and trains_sft_on_cpu(config):
-        from tuneline.model.packed_attention import register_packed_sdpa
-
-        name = register_packed_sdpa()
-    return {"attn_implementation": name}
-
-
-def trains_sft_on_cpu(config: RunConfig) -> bool:
-    """sft on CPU, whose batches are packed or flattened (`tuneline.data.collators`) rows, where sdpa's dense
-    block-diagonal mask is slow (measured on CPU only, so GPUs keep sdpa and padded batches)."""
-    return config.stage == "sft" and trains_on_cpu(config)
-
-
-def flattens_sft_batches(config: RunConfig) -> bool:
-    """Training batches end to end in one row: no compute on padding, for the attention that runs them per example."""
-    return (trains_sft_on_cpu(config) and not config.effective_packing
-            and config.model.attn_implementation == "sdpa")
 
 
 def trains_on_cpu(config: RunConfig) -> bool:

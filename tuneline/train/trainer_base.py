@@ -149,7 +149,7 @@ def split_of(datasets, name: str):
 def build_trainer(config, spec: StageSpec, model, tokenizer, datasets, collator, callbacks: list, args=None):
     """The stage's trainer over already-loaded pieces (tests build them by hand)."""
     from tuneline.data import build_collator
-    from tuneline.model.precision import flattens_sft_batches
+    from tuneline.model.batching import batching, training_device
     from tuneline.train.training_args import build_training_args
 
     args = args or build_training_args(config)
@@ -169,7 +169,8 @@ def build_trainer(config, spec: StageSpec, model, tokenizer, datasets, collator,
         model=model, args=args, train_dataset=train, eval_dataset=evals, data_collator=collator,
         processing_class=tokenizer, callbacks=callbacks, compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess, finetuning_args=config.finetuning,
-        train_collator=build_collator(spec.name, tokenizer, flatten=True) if flattens_sft_batches(config) else None)
+        train_collator=(build_collator(spec.name, tokenizer, flatten=True)
+                        if batching(config, training_device(config)).flatten else None))
 
 
 def train_and_evaluate(trainer, config, spec: StageSpec, tokenizer) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from model_test_helpers import logits
 from tuneline.data import build_collator
 from tuneline.model import load_model
 from tuneline.model.packed_attention import PACKED_SDPA, block_diagonal_segments, register_packed_sdpa
-from tuneline.model.precision import attention_kwargs
 
 # Example lengths of each packed row; the collator pads the shorter rows with one more "example" (0, 1, 2, ...).
 ROWS = [[9, 6, 1, 8], [11, 13], [20]]
@@ -108,22 +107,9 @@ def test_sft_training_on_cpu_loads_sdpa_packed(make_config, tokenizer, monkeypat
     assert model.config._attn_implementation == PACKED_SDPA
     assert load_model(packed, tokenizer, is_trainable=False).config._attn_implementation == "sdpa"
     assert load_model(make_config(), tokenizer).config._attn_implementation == PACKED_SDPA  # flattened batches
-    assert attention_kwargs(make_config(stage="dpo"), True) == {"attn_implementation": "sdpa"}
-    assert attention_kwargs(make_config(packing=True, attn_implementation="eager"), True) == {
-        "attn_implementation": "eager"}
-    assert attention_kwargs(make_config(packing=True, stage="pt"), True) == {"attn_implementation": "sdpa"}
-    neat = make_config(neat_packing=True)  # as in LLaMA-Factory, neat_packing alone turns packing on
-    assert neat.effective_packing and attention_kwargs(neat, True) == {"attn_implementation": PACKED_SDPA}
     model.save_pretrained(tmp_path / "saved")
     saved = json.loads((tmp_path / "saved" / "config.json").read_text())
     assert PACKED_SDPA not in json.dumps(saved)  # the name stays in this process: the model loads anywhere
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "saved").config._attn_implementation == "sdpa"
-
-
-def test_packed_sft_on_a_gpu_keeps_sdpa(make_config, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # per-example sdpa is measured on CPU only
-    assert attention_kwargs(make_config(packing=True), True) == {"attn_implementation": "sdpa"}
-    cpu = make_config(packing=True, use_cpu=True)
-    assert attention_kwargs(cpu, True) == {"attn_implementation": PACKED_SDPA}
