@@ -99,8 +99,8 @@ class Chat:
 
     def respond(self, messages: list[dict], system: str | None = None, tools=None,
                 tools_source: str = "'tools'") -> Answer:
-        """The answer to the conversation so far and the calls it makes. Calls are looked for only when tools were offered,
-        so a plain answer that happens to read like one stays an answer."""
+        """The answer to the conversation so far and the calls it makes. Calls are looked for only when tools were
+        offered, so a plain answer that happens to read like one stays an answer."""
         from tuneline.evaluation.generation import generate_batches
 
         tools = self.tools if tools is None else self.prompt_tools(tools, tools_source)

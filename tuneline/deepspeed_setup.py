@@ -1,9 +1,9 @@
 """DeepSpeed from a `deepspeed` key naming a ds_config JSON (LLaMA-Factory's examples/deepspeed/ work as they are).
 
-transformers reads the JSON in the child; tuneline owns the launch (`accelerate launch --use_deepspeed`, which sets
-the rank variables DeepSpeed reads even for one process; on CPU with ACCELERATE_USE_CPU unset, else accelerate drops
-DeepSpeed silently) and, on CPU, the child's process group: ZeRO-3's `zero.Init` counts processes through
-DeepSpeed's own comm, which accelerate starts only on GPUs, so `share_process_group` starts it on accelerate's group."""
+transformers reads the JSON in the child; tuneline owns the launch (`accelerate launch --use_deepspeed`, which sets the
+rank variables DeepSpeed reads even for one process; on CPU with ACCELERATE_USE_CPU unset, else accelerate drops
+DeepSpeed silently) and, on CPU, the child's process group: ZeRO-3's `zero.Init` counts processes through DeepSpeed's
+own comm, which accelerate starts only on GPUs, so `share_process_group` starts it on accelerate's group."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ IGNORE_INDEX = -100
 
 
 def projects_selected_positions(model) -> bool:
-    """Whether `model` (however wrapped) takes a boolean `logits_to_keep` mask: then only the positions a loss reads are
-    projected onto the vocabulary, the step's largest matmul."""
+    """Whether `model` (however wrapped) takes a boolean `logits_to_keep` mask: then only the positions a loss reads
+    are projected onto the vocabulary, the step's largest matmul."""
     while hasattr(model, "module"):
         model = model.module
     model = model.get_base_model() if hasattr(model, "get_base_model") else model

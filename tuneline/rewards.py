@@ -1,8 +1,8 @@
-"""The reward model, loaded and read out one way for PPO and for the evaluate step, which must give the same number
-for the same policy.
+"""The reward model, loaded and read out one way for PPO and for the evaluate step, which must give the same number for
+the same policy.
 
-Takes what `tuneline.train.rm` saves (a one-label sequence classifier, full or SEQ_CLS LoRA) or what LLaMA-Factory's
-rm stage saves (a causal LM with `value_head.safetensors`); anything else is refused rather than given a random head."""
+Takes what `tuneline.train.rm` saves (a one-label sequence classifier, full or SEQ_CLS LoRA) or what LLaMA-Factory's rm
+stage saves (a causal LM with `value_head.safetensors`); anything else is refused rather than given a random head."""
 
 from __future__ import annotations
 

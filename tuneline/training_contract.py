@@ -29,8 +29,8 @@ COMPLETE = "complete"  # run.json's status once the training finished (and the f
 
 
 def die_with_parent(signum: int = signal.SIGKILL) -> bool:
-    """This process gets `signum` when its parent dies, even by SIGKILL (Linux only; False elsewhere), so no orphan keeps
-    training and holding its lock."""
+    """This process gets `signum` when its parent dies, even by SIGKILL (Linux only; False elsewhere), so no orphan
+    keeps training and holding its lock."""
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
@@ -171,8 +171,8 @@ def foreign_entries(root: Path) -> list[Path]:
 
 
 def set_aside(root: Path, entries: list[Path]) -> Path:
-    """Move entries of output_dir into a new sibling `<output_dir>.superseded-<time>/`, each by one rename. run.json goes
-    last: a start killed midway still finds the old run's record and sets the rest aside too."""
+    """Move entries of output_dir into a new sibling `<output_dir>.superseded-<time>/`, each by one rename. run.json
+    goes last: a start killed midway still finds the old run's record and sets the rest aside too."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for attempt in range(1000):
         aside = root.with_name(f"{root.name}{SUPERSEDED}{stamp}" + (f"-{attempt}" if attempt else ""))

@@ -64,7 +64,7 @@ def check_combinations(config: RunConfig, check_paths: bool = True) -> list[str]
 
 def machines_problems(config: RunConfig) -> list[str]:
     """Several machines need the main one's address, a rank within their number and one port every machine knows
-    (accelerate's free-port choice would differ per machine); tuneline's keys must say the rank, so `train-node` can."""
+    (accelerate's free-port choice would differ per machine); tuneline's keys say the rank, so `train-node` can."""
     pipe, problems = config.pipeline, []
     if pipe.num_machines < 1:
         return [f"'num_machines' is {pipe.num_machines}; it must be at least 1"]

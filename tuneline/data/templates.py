@@ -70,8 +70,8 @@ class Template:
     # --- messages -> pieces (text or token ids), one list per message
     def pieces(self, messages: list[dict], system: str | None, tools: str | None,
                drop_history_thoughts: bool = False) -> list[list]:
-        """`drop_history_thoughts` strips the thoughts of all answers but the last, as LLaMA-Factory's one-turn encoding
-        does; a tool conversation under a `native` template is the chat template's render, cut into messages."""
+        """`drop_history_thoughts` strips the thoughts of all answers but the last, as LLaMA-Factory's one-turn
+        encoding does; a tool conversation under a `native` template is the chat template's render, cut up."""
         system = system or self.default_system
         if self.native is not None and uses_tools(messages, tools):
             return self.native.pieces(messages, system, tools, (self.thought_words, self.tool_call_words))

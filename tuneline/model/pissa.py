@@ -52,8 +52,8 @@ def _callback_class():
     from transformers import TrainerCallback
 
     class PissaConvertCallback(TrainerCallback):
-        """Saves the initial PiSSA adapter to <output_dir>/pissa_init when a run starts from step 0 (a resumed run finds
-        it there)."""
+        """Saves the initial PiSSA adapter to <output_dir>/pissa_init when a run starts from step 0 (a resumed run
+        finds it there)."""
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             init_dir = pissa_init_dir(args.output_dir)

@@ -16,7 +16,7 @@ class TrainerLogReader:
 
     `due()` hands them on at most every `interval_s`, so many steps a second do not each become an API call. A file
     replaced by another (a resumed child cuts it back to its checkpoint) is read again from its start; with
-    `skip_existing` the file found at the start is passed over until then, as its later lines describe redone training."""
+    `skip_existing` the file found at the start is passed over until then, as its later lines get redone."""
 
     def __init__(self, path: Path, interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic,
                  skip_existing: bool = False):

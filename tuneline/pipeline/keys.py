@@ -73,8 +73,8 @@ def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
 
 
 def resume_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
-    """What a checkpoint's optimisation depends on: the train key less the code and the settings that only change how
-    a run is watched or stored. A run whose train key differs but whose resume key matches resumes from the checkpoint."""
+    """What a checkpoint's optimisation depends on: the train key less the code and the settings that only change how a
+    run is watched or stored. A run whose train key differs but whose resume key matches resumes."""
     neutral = weight_neutral_keys(config)
     shaping = {k: v for k, v in training_slice(config).items() if k not in neutral}
     return fingerprint("resume", shaping, dataset_fp, reference_fp, base_model_key(config),

@@ -242,7 +242,7 @@ def plan_sweep(config_path: str, grid: Mapping[str, list | str], samples: int | 
                max_parallel: int = 1) -> list[SweepPoint]:
     """Every point with its checked config, or one UserError naming every bad key, value and point.
 
-    Children keep the base config's MLflow experiment, so the parent run and its children sit side by side in the UI."""
+    Children keep the base config's MLflow experiment, so the parent and its children sit side by side in the UI."""
     if max_parallel < 1:
         raise ConfigError(f"--max-parallel is {max_parallel}; allowed: 1 or more")
     overrides = list(overrides or [])

@@ -1,4 +1,4 @@
-"""Training curves as PNG, raw and smoothed (LLaMA-Factory's sigmoid-weighted moving average), as its users know them."""
+"""Training curves as PNG, raw and smoothed (LLaMA-Factory's sigmoid-weighted moving average)."""
 
 from __future__ import annotations
 

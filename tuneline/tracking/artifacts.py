@@ -47,8 +47,8 @@ def log_checkpoint(
     run_id: str, checkpoint_dir: str | Path, *, tracking_uri: str | None = None, train_key: str | None = None,
     resume_key: str | None = None,
 ) -> str | None:
-    """Upload a complete checkpoint to `checkpoints/<name>`, then its completion marker (naming the keys it belongs to);
-    returns that path. With the server unreachable it warns and returns None: the checkpoint is safe on disk."""
+    """Upload a complete checkpoint to `checkpoints/<name>`, then its completion marker (naming the keys it belongs
+    to); returns that path. With the server unreachable it warns and returns None: the checkpoint is safe on disk."""
     checkpoint_dir = Path(checkpoint_dir)
     artifact_path = f"{CHECKPOINTS}/{checkpoint_dir.name}"
     uri = uri_for(run_id, tracking_uri)
@@ -71,8 +71,8 @@ def log_checkpoint(
 
 def prune_logged_checkpoints(run_id: str, keep: int, *, tracking_uri: str | None = None,
                              protect: str | None = None) -> list[str]:
-    """Delete all but the `keep` newest complete checkpoints of the run (never `protect`), as `save_total_limit` does on
-    disk; returns the names deleted.
+    """Delete all but the `keep` newest complete checkpoints of the run (never `protect`), as `save_total_limit` does
+    on disk; returns the names deleted.
 
     Each loses its completion marker first, so one half deleted is never trusted. A store that cannot delete keeps
     them, with a warning."""

@@ -68,7 +68,7 @@ class MlflowMetricsCallback(TrainerCallback):
     """Streams logged metrics into the flow's MLflow run (main process only), trainer global step as step.
 
     While MLflow is unreachable the values wait in output_dir's spool. A resumed training first sends the steps its log
-    holds up to its checkpoint, which a start killed right after a save had not sent; MLflow never gets a step twice."""
+    holds up to its checkpoint, which a start killed right after a save had not sent; MLflow gets each step once."""
 
     def __init__(self, output_dir: str | Path, logger_factory=None):
         self.output_dir = Path(output_dir)
