@@ -1,10 +1,5 @@
-"""`tuneline chat CONFIG`: talk to the trained model through its training template, as `llamafactory-cli chat`
-does. The model is the one `tuneline export` would merge (output_dir, else the config's finished MLflow run, else
-the adapters the config names); the answers follow the config's generating keys.
-
-`tuneline chat CONFIG --tools tools.json` gives the model a tool list, written into the prompt in the template's tool
-format; the calls an answer makes are read back out of it (LLaMA-Factory's `extract_tool`) and shown as JSON, and
-the user plays the tools: their result, typed at `Observation: `, is the next message the model answers."""
+"""`tuneline chat CONFIG [--tools tools.json]`: talk to the trained model through its training template, as
+`llamafactory-cli chat` does; the user plays the tools (docs/serving-and-hub.md)."""
 
 from __future__ import annotations
 
@@ -56,9 +51,8 @@ def calls_line(calls: list[dict]) -> str:
 
 
 class Chat:
-    """A loaded model and its template; `respond` answers the conversation so far. `model_folder` names the trained
-    folder (a registered MLflow model's) instead of looking for the config's. `tools` is the tool list of every
-    conversation (as for `tool_specs`), checked before the model loads; `tools_source` names it in errors."""
+    """A loaded model and its template; `respond` answers the conversation so far. The tool list is checked before the
+    model loads, so a list the template cannot write fails fast."""
 
     def __init__(self, config: RunConfig, scratch: Path | None = None, model_folder: Path | None = None,
                  tools: list | str | None = None, tools_source: str = "the tool list"):
@@ -88,9 +82,8 @@ class Chat:
         return {vocab[word] for word in self.template.stop_words if word in vocab}
 
     def prompt_tools(self, tools, where: str) -> str | None:
-        """The JSON text of a tool list as templates take it (None for none), written into a prompt once here (by
-        the template's tool format, or its tokenizer's chat template) so that a list the template cannot write is
-        refused before anything is generated."""
+        """The JSON text of a tool list as templates take it (None for none), written into a prompt once here so that a
+        list the template cannot write is refused before anything is generated."""
         specs = tool_specs(tools, where)
         if not specs:
             return None
@@ -106,9 +99,8 @@ class Chat:
 
     def respond(self, messages: list[dict], system: str | None = None, tools=None,
                 tools_source: str = "'tools'") -> Answer:
-        """The answer to the conversation so far and the calls it makes; `tools` (a tool list or its JSON text)
-        replaces the conversation's own for this answer. Calls are looked for only when tools were offered, so a
-        plain answer that happens to read like one stays an answer."""
+        """The answer to the conversation so far and the calls it makes. Calls are looked for only when tools were
+        offered, so a plain answer that happens to read like one stays an answer."""
         from tuneline.evaluation.generation import generate_batches
 
         tools = self.tools if tools is None else self.prompt_tools(tools, tools_source)
@@ -133,9 +125,8 @@ class Chat:
 
 
 def chat_loop(chat: Chat, read, write) -> None:
-    """Turn after turn until `exit` or end of input; `clear` starts a new conversation. An answer that calls tools
-    is shown as its calls, which join the conversation as a function message, and what is typed next is their
-    result (an observation message), answered in turn."""
+    """Turn after turn until `exit` or end of input; `clear` starts a new conversation. After an answer that calls
+    tools, what is typed next is their result."""
     history: list[dict] = []
     write(f"chatting with {chat.source or 'the adapters the config names'}; '{CLEAR}' starts over, '{EXIT}' "
           "ends\n")

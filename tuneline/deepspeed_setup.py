@@ -1,16 +1,9 @@
-"""DeepSpeed from a `deepspeed` key naming a ds_config JSON (LLaMA-Factory's examples/deepspeed/ work as they are):
-what is checked before anything starts, how `accelerate launch` starts it, and the one thing the child sets up.
+"""DeepSpeed from a `deepspeed` key naming a ds_config JSON (LLaMA-Factory's examples/deepspeed/ work as they are).
 
-transformers reads the JSON inside the child (`TrainingArguments(deepspeed=...)`) and fills its "auto" values.
-Two things around it are tuneline's:
-- the launch: `accelerate launch --use_deepspeed`, whose launcher sets the rank variables DeepSpeed reads even for
-  one process (started without them DeepSpeed looks for MPI); on CPU without ACCELERATE_USE_CPU, which would make
-  accelerate drop DeepSpeed without a word, and with DS_ACCELERATOR=cpu;
-- the child's process group: accelerate hands it to DeepSpeed only on GPUs. On CPU, ZeRO-3 builds the model inside
-  `deepspeed.zero.Init`, which counts processes through DeepSpeed's own comm; left unstarted it counts one, and the
-  "auto" batch size transformers filled for two processes fails DeepSpeed's check. `share_process_group` starts
-  it on the group accelerate made, as accelerate does on GPUs.
-"""
+transformers reads the JSON in the child; tuneline owns the launch (`accelerate launch --use_deepspeed`, which sets the
+rank variables DeepSpeed reads even for one process; on CPU with ACCELERATE_USE_CPU unset, else accelerate drops
+DeepSpeed silently) and, on CPU, the child's process group: ZeRO-3's `zero.Init` counts processes through DeepSpeed's
+own comm, which accelerate starts only on GPUs, so `share_process_group` starts it on accelerate's group."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The bundled demo datasets, generated deterministically: `python -m tuneline.demo_data [OUT_DIR]`.
 
-Tasks are short and regular (parity, larger of two numbers, single-digit addition, number to words, upper-casing
-and reversing spaced letters) so a tiny model learns them in minutes on a CPU and exact match on the held-out
-split can move. Every task splits its pool of distinct inputs once, so eval rows never appear in training.
-"""
+Tasks are short and regular so a tiny model learns them on a CPU in minutes and exact match on the held-out split
+can move; each task splits its pool of distinct inputs once, so eval rows never appear in training."""
 
 from __future__ import annotations
 

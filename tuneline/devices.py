@@ -10,10 +10,8 @@ import os
 def gpu_count() -> int:
     """Visible CUDA devices, counted without importing torch into the flow's process.
 
-    CUDA_VISIBLE_DEVICES says it when set; else NVIDIA's management library counts the devices (torch asks it
-    too under PYTORCH_NVML_BASED_CUDA_CHECK). Without that library there is no NVIDIA driver, so no CUDA device,
-    unless this is a ROCm machine (/dev/kfd), where torch is asked.
-    """
+    Without NVIDIA's management library there is no NVIDIA driver, so no CUDA device, unless this is a ROCm machine
+    (/dev/kfd), where torch is asked."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])

@@ -1,8 +1,4 @@
-"""The one error type a user can cause, and how it is shown.
-
-Anything a user can fix (config keys, data rows, paths) raises `UserError` with every problem found,
-so the CLI prints one message and exits with code 2 instead of a traceback.
-"""
+"""The one error type a user can cause, and how it is shown: one message and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
@@ -55,10 +51,7 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
 
 
 def report_user_errors(main: Callable[[], int]) -> int:
-    """`main()`'s exit code, where a UserError becomes its message and code 2, and Ctrl-C a hint and 130.
-
-    What every command line of tuneline ends with: a user's mistake never shows as a traceback.
-    """
+    """`main()`'s exit code: a UserError becomes its message and code 2, Ctrl-C a hint and 130."""
     try:
         return main()
     except UserError as exc:

@@ -1,15 +1,8 @@
 """`tuneline export CONFIG`: merge LoRA adapters into the base and save a standalone model with its tokenizer.
 
-Given a training config, the trained model is exported: the adapter its `output_dir` holds merged into the base
-(on top of the adapters it was trained from), or the full model saved there; when `output_dir` holds none, the
-model the config's finished MLflow run logged. Given LLaMA-Factory's export config
-(`adapter_name_or_path`, no finished training in `output_dir`), those adapters are merged. With neither, there is
-nothing to export: a refusal, never the untouched base under a new name.
-
-Merging happens in fp32 on the CPU, whatever the training precision, so the merged weights are W + BA to float
-accuracy; the saved dtype is `infer_dtype`, or else the base model's own. The folder is written under a temporary
-name and renamed when whole; an existing `export_dir` is only replaced when an earlier export wrote it.
-"""
+With no trained model and no `adapter_name_or_path` there is nothing to export: a refusal, never the untouched base
+under a new name. Merging happens in fp32 on the CPU, whatever the training precision, so the merged weights are
+W + BA to float accuracy. An existing `export_dir` is only replaced when an earlier export wrote it."""
 
 from __future__ import annotations
 

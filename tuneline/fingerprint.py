@@ -1,8 +1,6 @@
 """Content fingerprints: the one way every cached step computes its key.
 
-A fingerprint is sha256 over canonical JSON of whatever identifies a step's result: a config slice, input
-file hashes, upstream fingerprints and a code version. Files are hashed by streaming; hashes are remembered by
-(path, size, mtime) in a small JSON memo so a large dataset is not re-read on every run.
+File hashes are remembered by (path, size, mtime) in a small JSON memo so a large dataset is not re-read on every run.
 """
 
 from __future__ import annotations
@@ -57,14 +55,12 @@ class FileHasher:
         self._dirty = True
         return digest.hexdigest()
 
-    def hash_tree(self, root: str | Path, suffixes: tuple[str, ...] | None = None) -> dict[str, str]:
+    def hash_tree(self, root: str | Path) -> dict[str, str]:
         """{relative path: hash} of every file under root (or root itself when it is a file)."""
         root = Path(root)
         if root.is_file():
             return {root.name: self.hash_file(root)}
         files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
-        if suffixes:
-            files = [p for p in files if p.name.endswith(suffixes)]
         return {str(p.relative_to(root)): self.hash_file(p) for p in files}
 
     def save(self) -> None:
@@ -75,17 +71,6 @@ class FileHasher:
         tmp.write_text(json.dumps(self._memo))
         os.replace(tmp, self.memo_path)
         self._dirty = False
-
-
-def hash_files(paths: list[str | Path], memo_dir: str | Path | None = None) -> dict[str, str]:
-    """Hashes of several files or folders, memoised under memo_dir."""
-    hasher = FileHasher(memo_dir)
-    out: dict[str, str] = {}
-    for path in paths:
-        for name, digest in hasher.hash_tree(path).items():
-            out[str(Path(path) / name) if Path(path).is_dir() else str(path)] = digest
-    hasher.save()
-    return out
 
 
 def sources_digest(root: str | Path, *parts: str) -> str:

@@ -1,13 +1,9 @@
-"""The commit a hub id stands for now, so cache keys follow the hub: a nightly retrain of `org/model` at `main` sees
-that `main` moved (a new commit is new content), and an unmoved `main` keeps every cached step.
+"""The commit a hub id stands for now, so cache keys follow the hub: a moved `main` is new content, an unmoved one
+keeps every cached step.
 
-One small metadata request per hub id and process (a served deployment runs each flow run in its own process, so
-every scheduled run asks again); a 40-hex revision is a commit already and needs none. Where the hub cannot answer
-(HF_HUB_OFFLINE, no network, a slow or failing hub), the key takes the commit huggingface_hub's cache holds for that
+Where the hub cannot answer (offline, slow, failing), the key takes the commit huggingface_hub's cache holds for that
 revision, so an offline rerun keys like the online run that downloaded it, else the revision's name, with one
-warning. A hub that answers "no such repo or revision" is the user's to fix, before anything runs. The endpoint
-(HF_ENDPOINT) and the offline switch are read when asked, not when huggingface_hub was imported.
-"""
+warning. HF_ENDPOINT and the offline switch are read when asked, not when huggingface_hub was imported."""
 
 from __future__ import annotations
 
@@ -43,10 +39,8 @@ def resolve_revision(repo_id: str, revision: str | None, *, repo_type: str = "mo
                      cache_dir: str | Path | None = None, naming: HubNaming | None = None) -> str | None:
     """The commit `revision` of `repo_id` is at now (None: the default branch), memoised per process.
 
-    Falls back to the cached snapshot's commit, else to `revision` itself, when the hub cannot answer; raises
-    `naming.error` when the hub answers that the repo or revision does not exist. A string that cannot be a repo id
-    (a missing local path, an API URL) is returned as is.
-    """
+    Raises `naming.error` when the hub answers that the repo or revision does not exist; a string that cannot be a repo
+    id (a missing local path, an API URL) is returned as is."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     if revision and COMMIT.fullmatch(revision):

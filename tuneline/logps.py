@@ -1,9 +1,5 @@
-"""Per-sequence log-probs of labelled tokens: what every preference loss and the reference step consume.
-
-Shared by the dpo/kto trainers (policy and live reference) and by `tuneline.reference` (precomputed
-reference), so a precomputed and a live reference compute exactly the same numbers. It sits beside
-`tuneline.losses`, below both of its users: the reference step need not reach into the training package.
-"""
+"""Per-sequence log-probs of labelled tokens, shared by the dpo/kto trainers and the reference step so a precomputed
+and a live reference compute exactly the same numbers."""
 
 from __future__ import annotations
 
@@ -14,9 +10,8 @@ IGNORE_INDEX = -100
 
 
 def projects_selected_positions(model) -> bool:
-    """Whether `model` (wrapped by DDP/DeepSpeed or peft, or not) takes a boolean `logits_to_keep` mask: then only
-    the positions a loss reads are projected onto the vocabulary (the step's largest matmul and tensor), with
-    the same numbers at those positions."""
+    """Whether `model` (however wrapped) takes a boolean `logits_to_keep` mask: then only the positions a loss reads
+    are projected onto the vocabulary, the step's largest matmul."""
     while hasattr(model, "module"):
         model = model.module
     model = model.get_base_model() if hasattr(model, "get_base_model") else model

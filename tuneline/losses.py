@@ -1,16 +1,7 @@
 """Preference losses as pure functions of per-sequence log-probs: no model, no trainer state.
 
-Every function takes 1-d tensors (one value per sequence) and returns a `PreferenceLoss`: the per-example
-losses (the trainer takes the mean), the implicit rewards used for the `rewards/*` metrics, and any named
-parts worth logging (ORPO's `sft_loss` and `odds_ratio_loss`). The definitions match LLaMA-Factory and trl:
-
-- sigmoid (DPO), hinge and ipo compare the policy to a reference; `label_smoothing` > 0 is cDPO.
-- ipo, orpo and simpo expect length-normalised (mean per token) log-probs; see `LENGTH_NORMALISED`.
-- orpo and simpo use no reference model; their rewards are `beta * logps` of the policy.
-- kto scores single completions against a KL baseline estimated from mismatched prompt/completion pairs.
-
-The log-probs themselves come from `tuneline.logps`, the model-side half of the same maths.
-"""
+The definitions match LLaMA-Factory and trl. ipo, orpo and simpo expect length-normalised log-probs
+(`LENGTH_NORMALISED`); orpo and simpo use no reference model."""
 
 from __future__ import annotations
 
@@ -112,10 +103,7 @@ def kto_loss(chosen_logps, rejected_logps, kl_logps, ref_chosen_logps, ref_rejec
              beta: float, chosen_weight: float = 1.0, rejected_weight: float = 1.0) -> PreferenceLoss:
     """KTO: desirable rows pay 1 - sigmoid(beta (r - z)), undesirable ones 1 - sigmoid(beta (z - r)).
 
-    r is the policy/reference log ratio of a row; z, the KL baseline, is the mean log ratio of mismatched
-    (prompt, other completion) pairs, clamped at 0 and detached so no gradient flows through it (as in trl).
-    Losses come back as [weighted desirable..., weighted undesirable...].
-    """
+    z, the KL baseline from mismatched (prompt, completion) pairs, is clamped at 0 and detached, as in trl."""
     import torch
 
     kl = (kl_logps - ref_kl_logps).mean().detach().clamp(min=0) if kl_logps.numel() else kl_logps.new_zeros(())

@@ -1,9 +1,5 @@
 """Everything about a run that can be checked from its config, its files and this machine, before Prefect or any
-process starts: the keys (`load_config`), the template, and the packages and devices the config needs.
-
-`tuneline validate`, `tuneline train`, `python -m flows.finetune` and the flow itself (a served deployment enters
-there) all start with it, so a run that cannot work is refused with one message instead of failing later.
-"""
+process starts, so a run that cannot work is refused with one message instead of failing later."""
 
 from __future__ import annotations
 
@@ -25,10 +21,8 @@ from tuneline.secrets import is_secret
 
 
 def checked_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> RunConfig:
-    """The config, or a ConfigError listing every problem found, the config's own and these.
-
-    Read and checked once per process for the same file (as it is now) and overrides: the command, the flow run's
-    name and the flow all ask for it. Each caller gets its own copy, free to change."""
+    """The config, or a ConfigError listing every problem found. Memoised per file content and overrides (the command,
+    the flow run's name and the flow all ask); each caller gets its own copy, free to change."""
     where = (os.getcwd(), _file_stamp(path))  # relative paths in it are read from the working folder
     return copy.deepcopy(_checked(None if path is None else str(path), json.dumps(overrides, default=str), where))
 

@@ -1,17 +1,7 @@
-"""Publishing to the Hugging Face Hub: the final model or adapter with its model card, once, after the card.
+"""Publishing to the Hugging Face Hub (docs/serving-and-hub.md): the part that talks to the hub.
 
-LLaMA-Factory publishes through transformers' Trainer (`push_to_hub`), which creates the repo when the trainer is
-built and uploads from inside training at every save. tuneline's training child never pushes (the hub keys never
-reach its Trainer: tuneline/train/training_args.py). The flow's model-card step publishes once the card is written
-(tuneline/pipeline/publishing.py), so the hub gets the files the run logged to MLflow plus that card, a cached rerun
-uploads nothing, and a failed upload leaves the trained and logged model as it is: fix the cause and run again, and
-only that step runs. This module is the part that talks to the hub.
-
-Keys, with LLaMA-Factory's (transformers') meaning: `push_to_hub`; `hub_model_id` (default: output_dir's name, put
-by the hub under the token's user); `hub_private_repo` (when the repo is created); `hub_revision` (a branch, created
-when missing); `hub_token` (default: HF_TOKEN, or the token `hf auth login` saved). The hub is huggingface_hub's
-endpoint (HF_ENDPOINT), read when publishing.
-"""
+Unlike LLaMA-Factory, training never pushes; the flow's model-card step publishes once, so a cached rerun uploads
+nothing and a failed upload leaves the trained, logged model as it is."""
 
 from __future__ import annotations
 

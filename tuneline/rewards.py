@@ -1,16 +1,8 @@
-"""The reward model, loaded and read out one way for everyone who scores with it.
+"""The reward model, loaded and read out one way for PPO and for the evaluate step, which must give the same number for
+the same policy.
 
-PPO trains against it and the flow's `evaluate` step measures a tuned policy with it, and the two must give the
-same number for the same policy: so loading and the score read-out live here (the seeded answer sampling both score
-in tuneline/rollouts.py), below both `tuneline.train` and `tuneline.evaluation`. What only PPO needs (value head,
-reference, the loop) stays in `tuneline.train`.
-
-The reward model is what `tuneline.train.rm` saves: `AutoModelForSequenceClassification` with one label (a full
-folder, or a SEQ_CLS LoRA adapter whose `score` head is saved beside it), scored at the last real token; or what
-LLaMA-Factory's rm stage saves: a causal LM (full, or a LoRA adapter) with `value_head.safetensors` beside it, scored
-as LLaMA-Factory scores it (`tuneline.model.value_head`). Anything else is refused rather than given a random head.
-torch and transformers are imported inside the functions, so importing this module stays cheap.
-"""
+Takes what `tuneline.train.rm` saves (a one-label sequence classifier, full or SEQ_CLS LoRA) or what LLaMA-Factory's rm
+stage saves (a causal LM with `value_head.safetensors`); anything else is refused rather than given a random head."""
 
 from __future__ import annotations
 

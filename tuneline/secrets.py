@@ -1,9 +1,7 @@
 """Which config keys hold credentials, so that their values never reach MLflow params, logs or model cards.
 
-Judged by the key's last dotted component: a name that ends in a credential word (hf_hub_token, hub_token,
-wandb_api_key, a password). Keys that only name or count tokens (pad_token, max_new_tokens, use_fast_tokenizer,
-skip_special_tokens) are settings, shown as they are.
-"""
+Judged by the key's last dotted component: keys that only name or count tokens (pad_token, max_new_tokens) are
+settings."""
 
 from __future__ import annotations
 

@@ -1,24 +1,9 @@
-"""What `mlflow.pyfunc.load_model` and `mlflow models serve` run to answer with a registered tuneline model.
+"""What `mlflow.pyfunc.load_model` and `mlflow models serve` run to answer with a registered tuneline model
+(docs/serving-and-hub.md).
 
-    mlflow models serve -m models:/NAME@champion --env-manager local -p 5001
-
-A registered version is an MLflow pyfunc model whose loader module is this one (`tracking.served_model` logs it):
-the trained folder is its data, the run's config its `model_config`. Answers come from `tuneline.chat.Chat`, the
-same code as `tuneline chat`, so a served model prompts with the template it was trained with and stops where that
-template ends a turn. MLflow's transformers flavour was not used: logged from a local folder it loads nothing, but its
-pyfunc builds a transformers pipeline that prompts with the tokenizer's own chat template (not always the training
-template) and cannot stack a LoRA adapter on the adapters it was trained on top of.
-
-A LoRA version holds the adapter and a reference to its base (`model_name_or_path` in its model_config, an absolute
-path or a hub id): loading needs that base. Any config key can be changed at load, e.g. a base moved elsewhere:
-`mlflow.pyfunc.load_model(uri, model_config={"model_name_or_path": "/models/base"})`, or for `mlflow models serve`
-`MLFLOW_PYFUNC_INFERENCE_CONFIG='{"model_name_or_path": "/models/base"}'`.
-
-A row may carry `tools` (a list of tool objects, or its JSON text): the prompt then holds them in the template's
-tool format, and the answer's calls come back parsed, `{"answer": text, "tool_calls": [{"name", "arguments"}]}`.
-Messages take the template's roles (user, assistant, function: the calls' JSON, observation: a tool's result) or
-OpenAI's (an assistant message's `tool_calls`, a `tool` message), mapped as LLaMA-Factory's API maps them.
-"""
+Answers come from `tuneline.chat.Chat`, so a served model prompts with its training template. MLflow's transformers
+flavour was not used: its pyfunc prompts with the tokenizer's chat template (not always the training template) and
+cannot stack a LoRA adapter on the adapters it was trained on top of."""
 
 from __future__ import annotations
 

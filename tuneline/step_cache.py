@@ -1,8 +1,6 @@
 """Step results stored by fingerprint: `<pipeline_cache_dir>/<step>/<fingerprint>/`, complete or absent.
 
-A step writes into a temporary sibling folder and renames it into place when whole, then drops a `COMPLETE`
-marker holding its small reference. A folder without the marker is never trusted.
-"""
+A folder without the `COMPLETE` marker is never trusted."""
 
 from __future__ import annotations
 
@@ -70,11 +68,7 @@ def set_aside_damaged(path: str | Path, why: str) -> Path:
 
 def cached_step(cache_dir: str | Path, step: str, key: str, build: Callable[[Path], dict[str, Any]],
                 refresh: bool = False, location: str | Path | None = None) -> dict[str, Any]:
-    """Return the stored reference for (step, key), building it into a fresh folder on a miss.
-
-    `build(folder)` writes the result into `folder` and returns a small JSON-able reference; the returned
-    reference gains `path` and `fingerprint`. `location` overrides where the entry lives.
-    """
+    """The stored reference for (step, key), built by `build(folder)` on a miss; it gains `path` and `fingerprint`."""
     final = Path(location) if location else entry_dir(cache_dir, step, key)
     if not refresh:
         ref = read_reference(final)

@@ -1,9 +1,6 @@
 """An offline tiny Llama and byte-level BPE tokenizer for tests and the demo: `tuneline tiny-model OUT_DIR`.
 
-No machine here reaches a model hub, so tests and the demo build their own model: random weights (seeded) and a
-tokenizer trained on the bundled demo data, saved in Hugging Face format so `AutoTokenizer` and
-`AutoModelForCausalLM.from_pretrained(OUT_DIR)` load them like any hub checkpoint. Same arguments, same bytes.
-"""
+No machine here reaches a model hub, so tests and the demo build their own model. Same arguments, same bytes."""
 
 from __future__ import annotations
 

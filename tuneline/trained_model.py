@@ -16,10 +16,9 @@ logger = logging.getLogger("tuneline")
 
 def trained_model_config(config: RunConfig, scratch: Path | None,
                          model_folder: Path | None = None) -> tuple[RunConfig, str | None]:
-    """The config that loads the model to export, and where the trained model came from (None for the adapters
-    the config names). A training's model is looked for in its `output_dir`, then in the MLflow run of the same
-    work (downloaded into `scratch`): another machine, or a cleaned `output_dir`, still exports what was trained.
-    A `model_folder` given (a registered version's files) is the trained model, wherever the config trained."""
+    """The config that loads the model to export, and where the trained model came from (None for the config's own
+    adapters). A trained model missing from `output_dir` is fetched from the MLflow run, so another machine still
+    exports what was trained."""
     from tuneline.training_contract import finished_run
 
     if model_folder is not None:

@@ -1,10 +1,4 @@
-"""What the flow's process and the training child agree on, so that neither side imports the other.
-
-The parent (`tuneline.pipeline`) launches `python -m tuneline.train` (`tuneline.train`) and reads its output and its
-files; what they share is here and nowhere else: the environment and file names, output_dir's lock and its
-`run.json` (the train key, the settings, and the one completion marker: `status: complete`), the settings that do not
-shape the weights, moving an old run's files aside, and the kernel hook that ends a child with its parent.
-"""
+"""What the flow's process and the training child agree on, so that neither side imports the other."""
 
 from __future__ import annotations
 
@@ -35,10 +29,8 @@ COMPLETE = "complete"  # run.json's status once the training finished (and the f
 
 
 def die_with_parent(signum: int = signal.SIGKILL) -> bool:
-    """This process gets `signum` when its parent dies, even by SIGKILL (Linux only; False elsewhere).
-
-    Called in a child (as preexec_fn, or first thing), so that no orphan keeps training and holding its lock.
-    """
+    """This process gets `signum` when its parent dies, even by SIGKILL (Linux only; False elsewhere), so no orphan
+    keeps training and holding its lock."""
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
@@ -179,9 +171,8 @@ def foreign_entries(root: Path) -> list[Path]:
 
 
 def set_aside(root: Path, entries: list[Path]) -> Path:
-    """Move entries of output_dir into a new sibling `<output_dir>.superseded-<time>/`, each by one rename (same
-    filesystem, so nothing is copied and nothing is ever in neither place). run.json goes last: a start killed
-    midway still finds the old run's record and sets the rest aside too."""
+    """Move entries of output_dir into a new sibling `<output_dir>.superseded-<time>/`, each by one rename. run.json
+    goes last: a start killed midway still finds the old run's record and sets the rest aside too."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for attempt in range(1000):
         aside = root.with_name(f"{root.name}{SUPERSEDED}{stamp}" + (f"-{attempt}" if attempt else ""))

@@ -1,8 +1,6 @@
 """Typed argument groups. Key names and defaults follow LLaMA-Factory so its YAML files work unchanged.
 
-Every field carries `help`; fields with a closed set of values carry `choices`. HF `TrainingArguments`
-keys are not repeated here: they live in `training_keys.py` and pass through to transformers.
-"""
+HF `TrainingArguments` keys are not repeated here: they live in `training_keys.py` and pass through."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Gradient (activation) checkpointing: on for every training stage, as in LLaMA-Factory, unless turned off.
 
-LLaMA-Factory checkpoints by default (`disable_gradient_checkpointing: true` turns it off), so a config moved over
-must not need more GPU memory here. transformers has its own switch, `gradient_checkpointing` (renamed
-`activation_checkpointing` in transformers 5): `false` turns ours off too, `true` keeps the default. One rule,
-resolved once when the config is read: the result is `disable_gradient_checkpointing`, and `tuneline.model` (not
-the Trainer) enables it, so it is the same for the Trainer stages and PPO's own loop, and a model without support
-is skipped with a warning instead of failing. Keys that disagree are refused.
-"""
+LLaMA-Factory checkpoints by default, so a config moved over must not need more GPU memory here. transformers'
+own `gradient_checkpointing` (`activation_checkpointing` in transformers 5) is folded into one resolved
+`disable_gradient_checkpointing`, and `tuneline.model` (not the Trainer) enables it, so the Trainer stages and PPO's
+loop agree and a model without support is skipped with a warning. Keys that disagree are refused."""
 
 from __future__ import annotations
 

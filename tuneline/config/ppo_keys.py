@@ -1,7 +1,5 @@
-"""Which keys `stage: ppo` honours. Its loop (tuneline/train/ppo.py) is tuneline's own, not transformers' Trainer,
-so a TrainingArguments key it does not read is refused under ppo, naming the key, instead of being passed along
-and ignored. tests/unit/test_config_keys_honoured.py checks each listed key changes what the loop is given.
-"""
+"""Which keys `stage: ppo` honours. Its loop is tuneline's own, not transformers' Trainer, so a TrainingArguments key
+it does not read is refused under ppo instead of being passed along and ignored."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Config values refused because they would leak a credential or write outside the folders the user chose.
 
-A `user:password@` in the MLflow URI would travel with the URI into Prefect's stored task results, the resolved
-config in `output_dir` and the logged model's config; MLflow reads `MLFLOW_TRACKING_USERNAME` and
-`MLFLOW_TRACKING_PASSWORD` from the environment, which nothing of a run records, so the credential goes there.
-An experiment name becomes a folder under `mlartifacts/` beside a SQLite store: a name of dots would climb out.
-"""
+A `user:password@` in the MLflow URI would travel into Prefect's stored results, the resolved config and the logged
+model; MLflow reads the credential from `MLFLOW_TRACKING_USERNAME`/`PASSWORD`, which nothing records. An experiment
+name becomes a folder under `mlartifacts/`: a name of dots would climb out."""
 
 from __future__ import annotations
 

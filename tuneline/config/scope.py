@@ -1,8 +1,6 @@
 """Keys that mean something only in some runs (a stage, a finetuning type, another key turned on), and keys tuneline
-reads nowhere. Set where they would change nothing, they are refused, naming what they need: a config carrying
-`lora_rank` into a full-tuning run, or `top_p` into greedy decoding, would otherwise be accepted and ignored.
-tests/unit/test_config_keys_honoured.py tries every key where it applies and where it does not.
-"""
+reads nowhere: set where they would change nothing, they are refused, naming what they need, instead of being
+accepted and ignored."""
 
 from __future__ import annotations
 

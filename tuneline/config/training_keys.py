@@ -1,8 +1,7 @@
 """Keys of transformers' (Seq2Seq)TrainingArguments, with a coarse type each.
 
-Kept as a table so that reading a config never imports torch or transformers; a unit test
-checks it against the installed transformers. Regenerate with tests/unit/test_training_keys.py's hint.
-"""
+A table so that reading a config never imports torch or transformers; tests/unit/test_training_keys.py checks it
+against the installed transformers and says how to regenerate it."""
 
 TRAINING_KEYS: dict[str, str] = {
     "output_dir": "str",

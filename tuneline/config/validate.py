@@ -64,8 +64,7 @@ def check_combinations(config: RunConfig, check_paths: bool = True) -> list[str]
 
 def machines_problems(config: RunConfig) -> list[str]:
     """Several machines need the main one's address, a rank within their number and one port every machine knows
-    (accelerate's free-port choice would differ per machine). An accelerate_config that names several machines
-    itself would leave each machine's rank to its own file: tuneline's keys must say it, so `train-node` can."""
+    (accelerate's free-port choice would differ per machine); tuneline's keys say the rank, so `train-node` can."""
     pipe, problems = config.pipeline, []
     if pipe.num_machines < 1:
         return [f"'num_machines' is {pipe.num_machines}; it must be at least 1"]
@@ -146,7 +145,7 @@ def _check_keys(config: RunConfig) -> list[str]:
     if strategy != "no" and not config.has_validation:
         problems.append(f"'eval_strategy: {strategy}' evaluates during training on a validation split, and there is "
                         "none: set 'val_size' or 'eval_dataset', or 'eval_strategy: no'")
-    if ft.early_stopping_steps and (tr.get("eval_strategy") or tr.get("evaluation_strategy") or "no") == "no":
+    if ft.early_stopping_steps and strategy == "no":
         problems.append(f"'early_stopping_steps: {ft.early_stopping_steps}' counts evaluations, but none run: set "
                         "'eval_strategy: steps' (with 'eval_steps') or 'eval_strategy: epoch'")
     return problems

@@ -1,7 +1,6 @@
 """Datasets: LLaMA-Factory's registry and formats, chat templates, per-stage encoding, a content-keyed cache.
 
-Importing this package is cheap: heavy libraries load only inside the functions that need them.
-"""
+Importing this package is cheap: heavy libraries load only inside the functions that need them."""
 
 from tuneline.data.build import build_dataset, load_processed, with_lengths
 from tuneline.data.cache_key import dataset_fingerprint

@@ -1,15 +1,8 @@
 """The build-dataset step: load, check, convert, tokenize and store, keyed by content.
 
-`build_dataset(config)` returns a small reference to a `DatasetDict` saved under
-`<pipeline_cache_dir>/build-dataset/<fingerprint>/` (or at `tokenized_path`). A second call with the same
-inputs only fingerprints and reads the entry's marker. A `tokenized_path` holding an entry built from other
-inputs is an error that lists what changed, never silently reused. Entries are written to a temporary folder
-and renamed when whole, so a crash leaves nothing half-written behind.
-
-Bad rows are found in two passes: row checks while reading (missing column, wrong type, ...), which stop the build
-before anything is tokenized, then checks that need token counts (a preference prompt that fills `cutoff_len`).
-With `on_bad_rows: skip` both kinds are dropped and counted per reason in the reference's `bad_rows`.
-"""
+A `tokenized_path` holding an entry built from other inputs is an error that lists what changed, never silently
+reused. Bad rows are found in two passes: row checks while reading stop the build before anything is tokenized;
+checks that need token counts come after. `on_bad_rows: skip` drops both kinds and counts them per reason."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The content key of a processed dataset, computed in milliseconds and without heavy imports.
+"""The content key of a processed dataset, computed without heavy imports (it runs on every run).
 
-Keyed by: every data file's content hash (memoised by size and mtime), the dataset_info entries used, the
-tokenizer's files, the template, the stage, every option that changes the encoded rows, and the sources of
-this package (reading, formatting, templates, encoding): editing them rebuilds the data. Hub datasets are keyed by
-name, the commit their revision resolves to (tuneline/hub_revision.py: a moved `main` rebuilds), subset and split.
-"""
+The sources of this package are part of the key, so editing how rows are read or encoded rebuilds the data; a hub
+dataset is keyed by the commit its revision resolves to, so a moved `main` rebuilds too."""
 
 from __future__ import annotations
 

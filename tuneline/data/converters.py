@@ -1,11 +1,7 @@
 """Rows in alpaca or sharegpt format -> one standard example, or the reason the row is bad.
 
-A standard example is `{"_prompt": [messages], "_response": [messages], "_system": str, "_tools": str,
-"_kto_tag": bool | None, "_file": str, "_row": int}` with messages `{"role": user|assistant|observation|function,
-"content": str}`. For pairwise data `_response` is [chosen, rejected]; for kto it is the one answer and `_kto_tag`
-its label. `_file`/`_row` say where the row came from, for checks that can only run after tokenization.
-Every check names the column, so a bad row can be reported as file + row + column + problem.
-"""
+A standard example is `{"_prompt", "_response", "_system", "_tools", "_kto_tag", "_file", "_row"}`; pairwise data
+has [chosen, rejected] as `_response`. `_file`/`_row` travel along for checks that can only run after tokenization."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Registered datasets -> one mixed `datasets.Dataset` of standard examples, bad rows caught first.
 
-Per dataset: read rows, sample (`num_samples`, then `max_samples`), convert and check each row. Bad rows
-stop the build with one message (file, row, column, problem, and how many others) unless
-`on_bad_rows: skip`, which drops them and counts them per reason. Then datasets are concatenated or
-interleaved (`mix_strategy`, `interleave_probs`), as LLaMA-Factory mixes them.
-"""
+Datasets are sampled, then concatenated or interleaved as LLaMA-Factory mixes them."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """Tool conversations in the model's own words: the tokenizer's jinja chat template renders them, cut into turns.
 
-A template read off the tokenizer (`template: auto`) writes conversations without tools with its slots. Its slots
-cannot say how the chat template writes a tool list, a call or a tool's result, so a conversation that has any of
-them is rendered by `tokenizer.apply_chat_template(..., tools=...)` itself, in transformers' message format
-(calls as `tool_calls` of an assistant message, results as `tool` messages). The text is cut into the per-message
-pieces the encoder needs by rendering growing prefixes of the conversation, each prompt with the generation prompt,
-and taking the differences; a chat template whose renders do not grow that way (one that writes an earlier turn
-differently once a later one follows) cannot be cut, and says so.
-
-`probe` decides, once per tokenizer, whether its chat template writes tools at all (else the slots keep LLaMA-Factory's
-`default` format, as before) and which tool format reads its calls back out of an answer (`Template.extract_calls`).
-"""
+A template read off the tokenizer (`template: auto`) cannot say with its slots how the chat template writes a tool
+list, a call or a result, so such conversations are rendered by `apply_chat_template(..., tools=...)` and cut into
+per-message pieces by rendering growing prefixes and taking the differences. A chat template that rewrites an
+earlier turn once a later one follows cannot be cut, and says so."""
 
 from __future__ import annotations
 
@@ -92,9 +85,8 @@ class NativeTools:
 
 
 def _call_text(native: NativeTools) -> str | None:
-    """How the chat template writes the probe call as an answer, without the turn's end: None where it writes no
-    tool list or no call (or cannot render them), "" where its renders do not grow turn by turn (tool rows then get
-    the clear error when they are encoded)."""
+    """How the chat template writes the probe call as an answer: None where it writes no tool list or no call, ""
+    where its renders do not grow turn by turn (tool rows then get the clear error when they are encoded)."""
     question, tools = {"role": "user", "content": "q"}, [wrapped_tool(_PROBE_TOOL)]
     call = chat_message({"role": "function", "content": json.dumps({"name": _PROBE_CALL.name, "arguments": {"a": 1}})})
     answer = {"role": "assistant", "content": _PROBE_ANSWER}
@@ -113,9 +105,8 @@ def _call_text(native: NativeTools) -> str | None:
 
 
 def probe(tokenizer) -> tuple[NativeTools | None, str]:
-    """(the renderer, the tool format that reads its calls back), found once by rendering one call: the first format
-    in `TOOL_FORMATS` that reads the probe call back exactly, else 'default'. (None, 'default') where the chat
-    template writes no tool list or no calls, so tool rows keep LLaMA-Factory's default format as before."""
+    """(renderer, tool format that reads its calls back), found once by rendering one call; (None, 'default') where the
+    chat template writes no tools, so tool rows keep LLaMA-Factory's default format."""
     native = NativeTools(tokenizer)
     text = _call_text(native)
     if text is None:

@@ -1,15 +1,8 @@
-"""Packing: several supervised examples per row, isolated from each other.
+"""Packing: several whole supervised examples per row, isolated from each other.
 
-Each packed row holds whole examples (never split) and a `position_ids` column that restarts at 0 where an
-example starts. How the isolation reaches the model: the packed-sft collator passes `position_ids`, leaves
-`attention_mask` out and sets `use_cache=False`. transformers 5 (`masking_utils.find_packed_sequence_indices`)
-then reads the position resets as sequence boundaries and builds a block-diagonal causal mask for the eager and
-sdpa kernels, and the flash-attention path turns them into varlen boundaries. Both conditions matter: with an
-`attention_mask` or a KV cache present, transformers ignores the resets and examples would attend to each
-other. Each example's first label is -100 so no token is trained to follow the previous example. The
-packing-isolation test checks per-example losses of a packed row against the same examples run alone. Training
-on CPU, sdpa with that mask is slow: `tuneline.model.packed_attention` runs sdpa per example instead.
-"""
+Isolation relies on transformers reading `position_ids` resets as sequence boundaries, which it does only with no
+`attention_mask` and no KV cache: the packed-sft collator must leave both out. Each example's first label is -100
+so no token is trained to follow the previous example."""
 
 from __future__ import annotations
 

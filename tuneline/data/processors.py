@@ -1,15 +1,7 @@
 """Per-stage encoding of standard examples into model inputs, one batch at a time.
 
-`Encoder(batch)` turns columns `_prompt/_response/_system/_tools/_kto_tag` into the stage's columns (see
-`STAGE_COLUMNS`). Truncation follows LLaMA-Factory: when a prompt and its answer exceed the budget, the
-budget is split between them (`split_budget`), answer first when it is short, prompt first when that is
-short, otherwise in proportion. Labels are -100 on every token the loss must ignore.
-
-Every stage also emits `_truncated`: how many of the batch's examples lost tokens to `cutoff_len`, counted by the
-build step. Preference stages (rm, dpo, kto) also emit `CHECK_COLUMNS`: `_problem` is "" for a usable row, or
-why the row cannot be trained (truncated as LLaMA-Factory truncates it, no response token is left), with
-`_file`/`_row` passed through so the build step can report and drop it like any other bad row.
-"""
+Truncation follows LLaMA-Factory (`split_budget`). Preference stages also emit `CHECK_COLUMNS`, so a row that
+truncation leaves untrainable is reported and dropped by the build step like any other bad row."""
 
 from __future__ import annotations
 

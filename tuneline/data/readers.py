@@ -1,9 +1,7 @@
 """Read a registered dataset's rows, remembering where each came from so a bad row can be named.
 
 Local files are read with the standard library (plus pyarrow for parquet) rather than `datasets`, so every
-row keeps its file and row number and a broken line (not JSON, invalid UTF-8) becomes one bad row instead
-of a failed load. Hub datasets and folders written by `save_to_disk` go through `datasets`.
-"""
+row keeps its file and row number and a broken line becomes one bad row instead of a failed load."""
 
 from __future__ import annotations
 
@@ -58,9 +56,7 @@ def data_files(path: Path) -> list[Path]:
 
 def read_rows(attr: DatasetAttr, dataset_dir: str | Path,
               cache_dir: str | None = None) -> tuple[list[Row], list[BadRow]]:
-    """Rows and bad rows of one registered dataset. `hf_hub_url` goes through `datasets.load_dataset` (a hub
-    id, or a local dataset repository folder, where `subset` and `split` pick the part), except a folder
-    written by `save_to_disk`, which is loaded as saved."""
+    """Rows and bad rows of one registered dataset; `hf_hub_url` and `save_to_disk` folders go through `datasets`."""
     path = attr.path(dataset_dir)
     if is_saved_dataset(path):
         return _read_saved(attr, path), []

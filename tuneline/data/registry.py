@@ -1,15 +1,12 @@
 """dataset_info.json: LLaMA-Factory's dataset registry, read into `DatasetAttr` with its defaults.
 
-As in LLaMA-Factory, the column defaults (instruction/input/output, conversations) hold only for an entry
-without "columns"; an entry that lists columns uses exactly those. Unlisted sharegpt tags keep their defaults.
-
-Fast and free of heavy imports: the fingerprint reads it on every run.
-"""
+As in LLaMA-Factory, column defaults hold only for an entry without "columns". Free of heavy imports: the
+fingerprint reads it on every run."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -141,5 +138,3 @@ def parse_entry(name: str, entry: Any) -> DatasetAttr:
         raise DataError(problems)
     return attr
 
-
-ATTR_FIELDS = tuple(f.name for f in fields(DatasetAttr) if f.name != "entry")

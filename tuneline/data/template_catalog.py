@@ -1,10 +1,7 @@
 """The built-in chat templates by name, and `get_template`, which picks one for a run.
 
-The slot strings are facts about the models, as LLaMA-Factory 0.9.5 declares them for the templates of the same
-names; `qwen2` and `baichuan2`, which 0.9.5 no longer has, follow the models' chat formats as its earlier releases did.
-`python benchmarks/data_throughput.py --template-parity --llamafactory-python PY` compares the ids and labels both
-projects give the demo data, template by template.
-"""
+The slot strings are facts about the models, as LLaMA-Factory 0.9.5 declares them; `qwen2` and `baichuan2`, which
+0.9.5 no longer has, follow its earlier releases. `benchmarks/data_throughput.py --template-parity` checks parity."""
 
 from __future__ import annotations
 
@@ -133,9 +130,8 @@ def get_template(name: str | None, tokenizer, tool_format: str | None = None,
                  default_system: str | None = None, today: str | None = None) -> Template:
     """A named built-in template, or (None/'auto') one read from the tokenizer's own chat template.
 
-    `tool_format` replaces the template's tool list and call writing as LLaMA-Factory's key does, function turns
-    then ending like a plain answer (content and eos, eos being the first stop word where LLaMA-Factory replaces
-    it). `today` is the date a tool prompt may write (`tool_date`; default: the day this is called)."""
+    `tool_format` replaces the template's tool writing as LLaMA-Factory's key does; `today` is the date a tool prompt
+    may write."""
     if name in AUTO:
         template = template_from_tokenizer(tokenizer) or TEMPLATES["empty"]
     elif name in TEMPLATES:

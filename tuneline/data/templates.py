@@ -1,18 +1,10 @@
 """Chat templates: declarative slot lists that turn messages into token ids, turn by turn.
 
-A template says, per role, which text surrounds a message (`{{content}}` marks the message) and where the
-tokenizer's bos/eos tokens go. Each message is encoded on its own, so the ids of a conversation are the
-concatenation of the ids of its turns: encoding turn by turn gives the same ids as encoding it whole, and the
-prompt/response boundary of every turn is exact (that is what label masking needs). The built-in templates are
-declared in `template_catalog.py`; `template: auto` (or unset) derives one from the tokenizer's own chat template,
-which also writes that template's tool conversations itself (`native_tools.py`) unless `tool_format` is set.
+Each message is encoded on its own, so the prompt/response boundary of every turn is exact (label masking needs it).
 
-The tokenizer is used as loaded. LLaMA-Factory also makes a `replace_eos` template's first stop word the tokenizer's
-eos and adds stop words it lacks as new tokens; tuneline does not, because the build, train and evaluate steps each
-load the tokenizer from the same files and must agree on its ids. No built-in `replace_eos` template puts eos into
-a conversation's ids, so those ids are LLaMA-Factory's; list missing stop words in `add_special_tokens` to match
-its tokenization of them.
-"""
+The tokenizer is used as loaded: unlike LLaMA-Factory, a `replace_eos` template does not change the tokenizer's eos
+or add stop words, because the build, train and evaluate steps each load the tokenizer from the same files and
+must agree on its ids. List missing stop words in `add_special_tokens` to match LLaMA-Factory."""
 
 from __future__ import annotations
 
@@ -78,9 +70,8 @@ class Template:
     # --- messages -> pieces (text or token ids), one list per message
     def pieces(self, messages: list[dict], system: str | None, tools: str | None,
                drop_history_thoughts: bool = False) -> list[list]:
-        """With `drop_history_thoughts` a reasoning template strips the thoughts of every answer but the last and
-        adds no empty thought to them (LLaMA-Factory's one-turn encoding, and multi-turn with mask_history). A
-        conversation with tools under a `native` template is the chat template's render, cut into messages."""
+        """`drop_history_thoughts` strips the thoughts of all answers but the last, as LLaMA-Factory's one-turn
+        encoding does; a tool conversation under a `native` template is the chat template's render, cut up."""
         system = system or self.default_system
         if self.native is not None and uses_tools(messages, tools):
             return self.native.pieces(messages, system, tools, (self.thought_words, self.tool_call_words))
@@ -115,9 +106,8 @@ class Template:
         return TOOL_FORMATS[self.tool_format].tool_text(tools, self.today or tool_date())
 
     def function_text(self, content: str) -> str:
-        """A function message (call JSON, maybe after a thought or inside the tool-call words) in the model's words.
-        Templates that put the system text in the first user turn read the call JSON alone, as LLaMA-Factory's
-        Llama2Template does."""
+        """A function message in the model's words; templates that put the system text in the first user turn read the
+        call JSON alone, as LLaMA-Factory's Llama2Template does."""
         words = (None, None) if self.fuse_system else (self.thought_words, self.tool_call_words)
         before, calls = parse_calls(content, *words)
         return before + TOOL_FORMATS[self.tool_format].calls(calls)
@@ -157,9 +147,8 @@ class Template:
 
 
 def batch_ids(tokenizer, texts: list[str]) -> list[list[int]]:
-    """Ids of many texts, no special tokens added. A fast tokenizer's Rust backend is called directly when it is
-    in its plain state (no truncation or padding set, special tokens kept whole, as the wrapper would set it):
-    the transformers wrapper's per-text conversion costs about as much as the tokenization itself."""
+    """Ids of many texts, no special tokens added. A fast tokenizer's Rust backend is called directly when it is in
+    its plain state: the transformers wrapper's per-text conversion costs about as much as the tokenization itself."""
     backend = getattr(tokenizer, "_tokenizer", None)
     plain = (backend is not None and hasattr(backend, "encode_batch") and backend.truncation is None
              and backend.padding is None

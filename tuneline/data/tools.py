@@ -1,14 +1,7 @@
 """Tool calling in each model's own words: the tool list, function calls, and reading calls back out of an answer.
 
-A tool format has three parts, chosen by name in `TOOL_FORMATS`: the tool list -> the text appended to the system
-prompt; function calls -> the assistant's text; an answer -> the calls it makes (or the text, when it makes none).
-The strings are facts about the models, written as LLaMA-Factory 0.9.5's `tool_utils.py` writes them for the
-format of the same name, so a model tuned here sees the prompt it was trained on and that LLaMA-Factory users tune
-with. A call's arguments travel as JSON text (`json.dumps(..., ensure_ascii=False)`), as LLaMA-Factory passes them.
-
-Calls in the data are the JSON of one `{"name", "arguments"}` object or a list of them, optionally after a thought
-and optionally inside the template's tool-call words; `parse_calls` reads them and says what is wrong otherwise.
-"""
+The strings are written as LLaMA-Factory 0.9.5's `tool_utils.py` writes them for the format of the same name, so a
+model tuned here sees the prompt LLaMA-Factory users tune with; arguments travel as JSON text, as there."""
 
 from __future__ import annotations
 
@@ -80,8 +73,7 @@ def _between(words: tuple[str, str] | None, text: str) -> re.Match | None:
 def parse_calls(content: str, thought_words: tuple[str, str] | None = None,
                 tool_call_words: tuple[str, str] | None = None) -> tuple[str, list[FunctionCall]]:
     """(text before the calls, the calls) of a function message, as LLaMA-Factory reads one: the JSON inside the
-    template's tool-call words when they are there (the text around them is kept in front), else the whole
-    content less a leading thought."""
+    template's tool-call words when present, else the content less a leading thought."""
     wrapped = _between(tool_call_words, content)
     if wrapped:
         return content.replace(wrapped.group(0), ""), _calls_from_json(wrapped.group(1))

@@ -1,10 +1,7 @@
-"""The cached evaluation step: its key, and the cache folder that answers it (the work itself is in `run`).
+"""The cached evaluation step: its key, and the cache folder that answers it. No torch here.
 
-Evaluate a model (the base, or base + trained adapter) on the validation split, cached by content. The key is
-(model content key, eval data fingerprint, eval config slice, EVAL_VERSION, the package's code), so the base
-model is scored once per (base, data) and every run on that base reuses it; a tuned model is scored once per
-result. This module imports no torch: computing a key, or answering from the cache, loads nothing heavy.
-"""
+The base model is scored once per (base, data) and every run on that base reuses it; a tuned model is scored once
+per result."""
 
 from __future__ import annotations
 
@@ -66,10 +63,8 @@ def model_content_key(config, adapter_dir: str | os.PathLike | None = None,
                       memo_dir: str | os.PathLike | None = None) -> str:
     """Content key of the base model as evaluation loads it, or of base + what training saved in `adapter_dir`.
 
-    The base part is `tuneline.model.model_fingerprint` without the finetuning keys (so every run on one base
-    shares its evaluation); `adapter_dir` counts by its top-level weight and config files only, so logs, plots,
-    the model card and checkpoint-*/ folders written beside them do not change the key.
-    """
+    The finetuning keys are left out, so every run on one base shares its evaluation; `adapter_dir` counts by its
+    top-level weight and config files only, so logs and checkpoints written beside them do not change the key."""
     base = model_fingerprint(config, memo_dir, include_finetuning=False)
     if adapter_dir is None:
         return base
@@ -91,10 +86,8 @@ def _is_model_file(name: str) -> bool:
 def evaluate_model(config, dataset_ref: dict[str, Any], adapter_dir: str | None, model_key: str) -> dict[str, Any]:
     """Score a model on the validation split; cached under `<pipeline_cache_dir>/evaluate/<key>/`.
 
-    Returns {"metrics", "path", "fingerprint", "cache_hit", "num_samples"}; the folder holds metrics.json
-    and, for sft, predictions.jsonl (prompt, reference, prediction per generated row). A dataset built without a
-    validation split is not an error: the result then has no metrics and says why in "skipped".
-    """
+    A dataset built without a validation split is not an error: the result then has no metrics and says why in
+    "skipped"."""
     key = eval_fingerprint(config, model_key, str(dataset_ref.get("fingerprint", "")))
     if dataset_ref.get("eval_rows") == 0:  # LLaMA-Factory's examples hold none: the run is simply not evaluated
         return {"metrics": {}, "skipped": NO_VALIDATION, "fingerprint": key, "path": None, "cache_hit": False,

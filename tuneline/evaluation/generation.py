@@ -1,8 +1,4 @@
-"""sft evaluation by generation: split each row into prompt and reference, decode greedily, score the text.
-
-The prompt is everything before the row's LAST labelled span (so multi-turn rows are asked their final
-question with the earlier turns as context); the reference is that span up to its end-of-sequence token.
-"""
+"""sft evaluation by generation: ask each row's final question (earlier turns as context), decode greedily, score."""
 
 from __future__ import annotations
 
@@ -124,9 +120,8 @@ def rouge_l(prediction: Sequence[str], reference: Sequence[str]) -> float:
 def text_metrics(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """exact_match (after strip), mean ROUGE-1/2/L F1 and mean sentence BLEU-4, all in [0, 1].
 
-    ROUGE is computed here rather than with rouge_score, whose import pulls in nltk and scipy for two short
-    formulas; a test checks both give the same scores.
-    """
+    ROUGE is computed here: rouge_score's import pulls in nltk and scipy for two short formulas (a test checks both
+    agree)."""
     import sacrebleu
 
     if not predictions:

@@ -1,8 +1,5 @@
-"""Load what an evaluation needs: the model to score (base, base + adapter, or a full tuned model) and the data.
-
-Models load through `tuneline.model.load_model`, so evaluation sees exactly what training saw: the same dtype
-rules, the same merging of `adapter_name_or_path`, and a sequence scorer for reward models.
-"""
+"""Load what an evaluation needs: the model to score and the data, through `tuneline.model.load_model` so evaluation
+sees exactly what training saw."""
 
 from __future__ import annotations
 
@@ -25,11 +22,8 @@ def eval_device() -> str:
 
 
 def tuned_adapters(config, adapter_dir: str) -> list[str]:
-    """The adapters that make up the tuned model, as training built it.
-
-    Training LoRA on top of `adapter_name_or_path` without `create_new_adapter` keeps training the last one, so
-    the saved adapter replaces it; otherwise the saved adapter comes on top of all of them.
-    """
+    """The adapters that make up the tuned model, as training built it: without `create_new_adapter` the saved adapter
+    replaces the last of `adapter_name_or_path`, otherwise it comes on top of all of them."""
     existing = split_names(config.model.adapter_name_or_path)
     continues_last = (config.finetuning.finetuning_type == "lora" and existing
                       and not config.finetuning.create_new_adapter)

@@ -21,9 +21,8 @@ TRAIN_METRICS = ("train_loss",)  # the trainer's mean loss over the run (not ppo
 
 
 def metric_problems(config: RunConfig, metric: str, *, flag: str = "--metric", train_metrics: bool = True) -> list[str]:
-    """Why `metric` cannot decide between runs of this config, when the config tells (stage, validation split).
-    `train_metrics`: whether the trainer's own mean loss may decide (a sweep: yes; a retrain, which scores the
-    champion on the same held-out set: no)."""
+    """Why `metric` cannot decide between runs of this config. `train_metrics`: whether the trainer's own mean loss may
+    decide (a sweep: yes; a retrain, which scores the champion on the same held-out set: no)."""
     trainable = TRAIN_METRICS if train_metrics and config.stage != "ppo" else ()
     if metric in TRAIN_METRICS and not trainable:
         why = "ppo's training loop does not report it" if config.stage == "ppo" else \

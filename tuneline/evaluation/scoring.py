@@ -1,9 +1,4 @@
-"""Teacher-forced scores over label tokens, and the pairwise metrics built on them.
-
-`label_scores` gives, per row, the summed log-prob of its label tokens (labels == -100 are prompt or padding),
-the number of label tokens and how many of them the model's argmax predicts. Everything else is arithmetic on
-those three lists, kept as pure functions so they can be checked by hand.
-"""
+"""Teacher-forced scores over label tokens, and the pairwise metrics built on them as pure functions."""
 
 from __future__ import annotations
 
@@ -41,10 +36,8 @@ def pad_rows(rows: Sequence[Sequence[int]], value: int, left: bool = False):
 
 def label_scores(model, input_ids: Sequence[Sequence[int]], labels: Sequence[Sequence[int]], pad_id: int,
                  batch_size: int) -> dict[str, list]:
-    """Per row: "logp" (sum of label-token log-probs), "tokens" (label count), "correct" (argmax hits).
-
-    Rows are batched by length (little padding) and only labelled positions are projected onto the vocabulary
-    (`tuneline.logps.label_logits`); the lists come back in the rows' order."""
+    """Per row: "logp" (sum of label-token log-probs), "tokens" (label count), "correct" (argmax hits), in the rows'
+    order; rows are batched by length."""
     import torch
 
     from tuneline.logps import label_logits
@@ -97,10 +90,7 @@ def pairwise_metrics(chosen: Sequence[float], rejected: Sequence[float]) -> dict
 
 
 def sequence_rewards(model, input_ids: Sequence[Sequence[int]], pad_id: int, batch_size: int) -> list[float]:
-    """One reward per row from a sequence scorer (the reward model rm trains), over right-padded batches.
-
-    The read-out is `tuneline.rewards.sequence_scores`, the one rm trains and PPO scores with.
-    """
+    """One reward per row from a sequence scorer, read out as rm trains and PPO scores (`tuneline.rewards`)."""
     import torch
 
     device = next(model.parameters()).device

@@ -1,9 +1,7 @@
 """LoRA adapters: load (and merge) existing ones, or attach a new one from the config's lora_* keys.
 
-Several adapters in `adapter_name_or_path` are applied in order. When training without `create_new_adapter`, all
-but the last are merged into the base and the last one keeps training; otherwise every adapter is merged (and a
-fresh one is added when training). A quantized base cannot absorb merges, so it takes exactly one adapter.
-"""
+Without `create_new_adapter`, all adapters but the last are merged and the last keeps training. A quantized base
+cannot absorb merges, so it takes exactly one adapter."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The model's content fingerprint: what `train` and `evaluate` cache keys say about the model. No torch here.
 
-Local weights are hashed by content (memoised by path, size and mtime, so a 15 GB model is read once); a hub id
-stands for itself at the commit its revision resolves to (tuneline/hub_revision.py), so a moved `main` is a new
-model. Only top-level files count: a trained output_dir's checkpoint-*/ folders and logs do not change the model
-it holds.
-"""
+A hub id stands for the commit its revision resolves to, so a moved `main` is a new model. Only top-level files
+count: a trained output_dir's checkpoints and logs do not change the model it holds."""
 
 from __future__ import annotations
 
@@ -50,10 +47,7 @@ def _source_hash(path: str, patterns: tuple[str, ...], hasher: FileHasher, key: 
 def model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None, *, adapters: str | None = None,
                       include_finetuning: bool = True) -> str:
     """sha256 over base weights, adapter files and the load (and, by default, finetuning) keys.
-
-    `adapters` replaces `adapter_name_or_path` as in `load_model`; `include_finetuning=False` keys the model as it
-    loads for evaluation, so every run on the same base shares the base model's evaluation.
-    """
+    `include_finetuning=False` keys the model as evaluation loads it, so runs on one base share its evaluation."""
     margs = config.model
     hasher = FileHasher(memo_dir)
     patterns = WEIGHT_PATTERNS + (REMOTE_CODE_PATTERNS if margs.trust_remote_code else ())

@@ -1,10 +1,7 @@
 """Which parameters train for `finetuning_type: freeze` and `full`.
 
-Freeze tuning trains whole decoder layers: the last n (`freeze_trainable_layers: n`) or the first n (`-n`), all
-their modules or only `freeze_trainable_modules`, plus `freeze_extra_modules` outside the layers (e.g. `norm`,
-`embed_tokens`). Layers are found as the model's ModuleList with `num_hidden_layers` entries, so a vision tower's
-numbered blocks never match by accident.
-"""
+Layers are found as the model's ModuleList with `num_hidden_layers` entries, so a vision tower's numbered blocks
+never match by accident."""
 
 from __future__ import annotations
 

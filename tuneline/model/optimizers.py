@@ -1,9 +1,5 @@
-"""Custom optimizers a trainer plugs into `Trainer.create_optimizer` (LoRA+ and BAdam), and the optimizer of a
-training loop of tuneline's own (PPO's), built as the Trainer would build it.
-
-All build on `Trainer.get_optimizer_cls_and_kwargs`, so every `optim` transformers offers (adamw_torch,
-adafactor, sgd, ...) keeps working underneath.
-"""
+"""Custom optimizers (LoRA+, BAdam) for `Trainer.create_optimizer`, and PPO's loop optimizer built as the Trainer
+would build it. All build on `Trainer.get_optimizer_cls_and_kwargs`, so every `optim` transformers offers works."""
 
 from __future__ import annotations
 
@@ -65,9 +61,8 @@ def decay_groups(model, weight_decay: float) -> list[dict]:
 
 
 def loop_optimizer(model, extra, training_args, finetuning_args):
-    """For a training loop of tuneline's own: the optimizer the Trainer would build for `model` (`optim` with
-    `optim_args`, no decay on biases and norms, LoRA+ groups when `loraplus_lr_ratio`), with the parameters of
-    `extra` (PPO's value head) in groups of their own at `learning_rate`."""
+    """The optimizer the Trainer would build for `model`, for a loop of tuneline's own, with the parameters of `extra`
+    (PPO's value head) in groups of their own at `learning_rate`."""
     import torch
 
     optim_cls, optim_kwargs = _optimizer_cls_and_kwargs(model, training_args)

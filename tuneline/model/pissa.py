@@ -1,12 +1,7 @@
 """PiSSA: keep the adapter's initial state so the trained adapter can be saved as plain LoRA on the original base.
 
-PiSSA moves the principal singular directions of each target weight into the adapter (W = W_res + A0 B0), so a
-trained PiSSA adapter only works on W_res. With `pissa_convert`, the adapter saved at the end is rewritten as
-the rank-2r LoRA [A | A0], [B | -B0] on the untouched W, which users load like any other adapter.
-
-Order of calls: `save_pissa_init` before the first optimizer step (PissaConvertCallback does it at train begin),
-then `convert_pissa_adapter` at the final save.
-"""
+A trained PiSSA adapter only works on the residual weight; with `pissa_convert` the final save is rewritten as the
+rank-2r LoRA [A | A0], [B | -B0] on the untouched W, which users load like any other adapter."""
 
 from __future__ import annotations
 
@@ -39,10 +34,7 @@ def save_pissa_init(model, init_dir: str | Path) -> Path:
 
 
 def convert_pissa_adapter(model, output_dir: str | Path, init_dir: str | Path) -> Path:
-    """Save the trained PiSSA adapter in `output_dir` as a plain LoRA adapter on the original base weights.
-
-    The model in memory is left as it was (still PiSSA, still trainable).
-    """
+    """Save the trained PiSSA adapter in `output_dir` as plain LoRA; the model in memory stays PiSSA and trainable."""
     init_dir = Path(init_dir)
     if not (init_dir / "adapter_config.json").is_file():
         raise UserError(f"cannot convert the PiSSA adapter: its initial state '{init_dir}' is missing (it is saved "
@@ -60,10 +52,8 @@ def _callback_class():
     from transformers import TrainerCallback
 
     class PissaConvertCallback(TrainerCallback):
-        """Saves the initial PiSSA adapter to <output_dir>/pissa_init when a run starts from step 0.
-
-        A resumed run finds it already there. The trainer then calls `convert_pissa_adapter` at its final save.
-        """
+        """Saves the initial PiSSA adapter to <output_dir>/pissa_init when a run starts from step 0 (a resumed run
+        finds it there)."""
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             init_dir = pissa_init_dir(args.output_dir)

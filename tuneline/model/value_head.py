@@ -1,12 +1,7 @@
-"""LLaMA-Factory's reward models, scored as LLaMA-Factory scores them.
+"""LLaMA-Factory's reward models (trl's `AutoModelForCausalLMWithValueHead`), scored as LLaMA-Factory scores them.
 
-Its rm stage trains trl's `AutoModelForCausalLMWithValueHead`: the causal LM plus `v_head.summary`, a
-Linear(hidden, 1) with bias on the last hidden state, saved as `value_head.safetensors` (or `value_head.bin`)
-beside the model's weights or its LoRA adapter. `ValueHeadScorer` is that pair with one value per token
-(`logits` [batch, length, 1]); `tuneline.rewards.sequence_scores` reads it at each row's last real token, the
-token LLaMA-Factory reads (`attention_mask.sum() - 1` on its right-padded rows). The language-model head is
-dropped: no score reads it, and its vocabulary-sized output would only cost memory.
-"""
+`ValueHeadScorer` is the LM with `value_head.safetensors` (one value per token); the language-model head is
+dropped, as no score reads it and its vocabulary-sized output would only cost memory."""
 
 from __future__ import annotations
 

@@ -14,12 +14,9 @@ INTERVAL_S = 5.0
 class TrainerLogReader:
     """Follows trainer_log.jsonl as the child appends to it: the entries new since the last call.
 
-    `due()` hands them on at most every `interval_s`, so that a model logging many steps a second does not turn
-    each into an API call. A file replaced by another (a resumed child keeps only the lines up to its checkpoint,
-    renamed over the old file) is read again from its start. With `skip_existing`, the file found at the start is passed over
-    until it is replaced: a resuming child's first act is to cut it back to its checkpoint, and lines beyond
-    that (from the start that was killed) describe training that is done again.
-    """
+    `due()` hands them on at most every `interval_s`, so many steps a second do not each become an API call. A file
+    replaced by another (a resumed child cuts it back to its checkpoint) is read again from its start; with
+    `skip_existing` the file found at the start is passed over until then, as its later lines get redone."""
 
     def __init__(self, path: Path, interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic,
                  skip_existing: bool = False):

@@ -1,8 +1,6 @@
 """Content keys of every cached step. Cheap by design: no torch, transformers or datasets import.
 
-Each key is `fingerprint(...)` over what decides the step's result: the config slice that matters, upstream
-keys and a code version. The same key names the step's folder and Prefect's cache entry.
-"""
+The same key names the step's folder and Prefect's cache entry."""
 
 from __future__ import annotations
 
@@ -75,9 +73,8 @@ def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
 
 
 def resume_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
-    """What a checkpoint's optimisation depends on: the train key less the code and the settings that only change
-    how a run is watched or stored (logging, saving, evaluation schedule, output_dir). A run whose train key
-    differs but whose resume key matches resumes from the checkpoint (tuneline/train/output_dir.py decides it)."""
+    """What a checkpoint's optimisation depends on: the train key less the code and the settings that only change how a
+    run is watched or stored. A run whose train key differs but whose resume key matches resumes."""
     neutral = weight_neutral_keys(config)
     shaping = {k: v for k, v in training_slice(config).items() if k not in neutral}
     return fingerprint("resume", shaping, dataset_fp, reference_fp, base_model_key(config),
@@ -95,9 +92,8 @@ def model_card_key(config: RunConfig, train_key: str, base_eval_fp: str, tuned_e
 
 
 def run_key(config: RunConfig, dataset_fp: str) -> str:
-    """Names one training in MLflow: the starts that resume one another's checkpoints (same resume key, same
-    output_dir) share a run, so a kill and a rerun with other logging or saving continue one history, while the
-    same training run again into another output_dir is another training with a run of its own."""
+    """Names one training in MLflow: starts that resume one another's checkpoints (same resume key, same output_dir)
+    share a run, while the same training run again into another output_dir gets a run of its own."""
     where = str(config.output_dir.expanduser().resolve())
     return fingerprint("run", resume_key(config, dataset_fp, reference_key(config, dataset_fp)), where)
 

@@ -1,12 +1,8 @@
 """A machine other than the main one, in a training over several (`tuneline train-node CONFIG --machine-rank N`).
 
-The main machine (machine_rank 0) runs the flow: it builds the dataset and the reference log-probs into
-pipeline_cache_dir, launches its share of the training and alone saves and logs. Another machine needs no flow: from
-the same config it computes the same cache keys (tuneline.pipeline.keys), waits until the main machine's entries are
-complete, and launches the same `accelerate launch -m tuneline.train` with its own rank, which joins the main one's at
-main_process_ip. pipeline_cache_dir, output_dir and the model and data files must be on storage every machine reads
-at the same path (a shared volume).
-"""
+It needs no flow: from the same config it computes the same cache keys, waits until the main machine's entries are
+complete, and launches its rank of the same training. pipeline_cache_dir, output_dir and the model and data files
+must be on storage every machine reads at the same path."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Retraining's decisions: is there anything new to train on, and does the new version replace the champion.
 
-A registered version carries the fingerprints of what it was trained from (`data_identity`). A retrain whose data
-and base model equal the champion's has nothing to learn; otherwise the new version is compared with the champion
-on the same held-out set, and becomes champion only if it beats it by `min_delta` in the metric's direction.
-"""
+A retrain whose data and base model equal the champion's has nothing to learn; otherwise the new version becomes
+champion only if it beats the champion on the same held-out set by `min_delta`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The MLflow record of one piece of work, from the orchestrator's side (all calls via tuneline.tracking).
 
 A flow-run id changes on every start, so the MLflow run is keyed by the training itself (`keys.run_key`): every
-restart that resumes the same training, even with other logging or saving settings, reopens the same run and adds
-its flow-run id to it. A finished run stands only for the exact work it did (`keys.work_key`).
-"""
+restart that resumes the same training reopens the same run."""
 
 from __future__ import annotations
 
@@ -75,9 +73,7 @@ def connect_tracking(config: RunConfig) -> str:
 def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_run_url: str | None,
               parent_run_id: str | None = None) -> dict:
     """Open (or reopen) the MLflow run of this work; fail before any training if the store is unreachable.
-
-    `parent_run_id` (a sweep's run) nests this run under it in the MLflow UI; it is a tag, never part of the key.
-    """
+    `parent_run_id` (a sweep's run) is a tag, never part of the key."""
     uri = connect_tracking(config)
     run_key = keys.run_key(config, dataset_fp)
     work_key = keys.work_key(config, run_key)
@@ -144,9 +140,8 @@ def record_training(run: dict, config: RunConfig, trained: dict) -> None:
 
 
 def serving_config(config: RunConfig) -> dict:
-    """The run's config as the logged model's `model_config`: how it loads and answers (base, adapters, template,
-    generating keys), each key changeable at load. Secrets are left out; local model paths are made absolute, so
-    the base of an adapter is found from any folder on this machine."""
+    """The run's config as the logged model's `model_config`. Secrets are left out; local model paths are made
+    absolute, so the base of an adapter is found from any folder on this machine."""
     from tuneline.config.run_config import split_names
     from tuneline.secrets import is_secret
 
@@ -210,10 +205,8 @@ def record_model_card(run: dict, path: str) -> None:
 
 
 def record_evaluations(run: dict, evaluations: dict[str, dict]) -> None:
-    """Each evaluation's metrics and generated answers under `evaluation/<name>/` in the run, the answers as
-    LLaMA-Factory writes them (generated_predictions.jsonl: prompt, predict, label per line), so runs' answers
-    can be read side by side in MLflow. The evaluate step keeps them in its cache folder, shared by every run on
-    the same base model; one whose folder was deleted has nothing to upload."""
+    """Each evaluation's metrics and answers under `evaluation/<name>/` in the run, the answers as LLaMA-Factory writes
+    them (generated_predictions.jsonl), so runs' answers can be read side by side in MLflow."""
     with tempfile.TemporaryDirectory() as tmp:
         for name, ref in evaluations.items():
             if not ref.get("path"):

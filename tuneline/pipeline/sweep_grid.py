@@ -3,10 +3,7 @@
     tuneline sweep CONFIG --grid learning_rate=1e-4,5e-5 pref_beta=0.1,0.3          (2 x 2 = 4 points)
     tuneline sweep CONFIG --grid learning_rate=1e-5:1e-3 lora_rank=8,16 --samples 6   (6 points drawn, seed 0)
 
-A grid entry is `key=v1,v2,...` (values typed as in YAML; a YAML list `key=[a, "b,c"]` when a value holds a
-comma) or, with `--samples`, a range `key=low:high`. Every point's config is checked before the first one trains,
-and each point gets its own output_dir, run name and MLflow run, so no point's training or record is another's.
-"""
+Every point is checked before the first one trains, and each gets its own output_dir, run name and MLflow run."""
 
 from __future__ import annotations
 
@@ -245,9 +242,7 @@ def plan_sweep(config_path: str, grid: Mapping[str, list | str], samples: int | 
                max_parallel: int = 1) -> list[SweepPoint]:
     """Every point with its checked config, or one UserError naming every bad key, value and point.
 
-    Children keep the base config's MLflow experiment (a swept stage or model would move them elsewhere), so the
-    parent run and its children sit side by side in the UI.
-    """
+    Children keep the base config's MLflow experiment, so the parent and its children sit side by side in the UI."""
     if max_parallel < 1:
         raise ConfigError(f"--max-parallel is {max_parallel}; allowed: 1 or more")
     overrides = list(overrides or [])

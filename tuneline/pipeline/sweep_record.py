@@ -1,8 +1,6 @@
 """A sweep's MLflow record: a parent run whose children are the points' runs, the comparison table, the best point.
 
-The parent is keyed by the work (its points' run keys, the metric and its direction), as a finetune run is: the
-same sweep started again reopens the same parent, and its children, cached, are the same runs.
-"""
+The parent is keyed by the work, so the same sweep started again reopens the same parent and, cached, its children."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The training's progress bar in the terminal that runs `tuneline train`: step, elapsed, ETA and loss.
+"""The training's progress bar in the terminal that runs `tuneline train`, drawn from trainer_log.jsonl.
 
-The training child's own bar cannot reach the terminal (its output is read line by line into the step's log), so
-the flow's process draws one from the child's trainer_log.jsonl entries (steps, LLaMA-Factory's elapsed and
-remaining times, the loss), which it follows anyway for the step's progress. Only on a terminal: a served
-deployment's worker, a CI log or a pipe gets the log lines alone.
-"""
+The child's own bar cannot reach the terminal (its output is read line by line into the step's log). Only on a
+terminal: a served worker, a CI log or a pipe gets the log lines alone."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """`build-reference-model`: run the reference model once per row and store its log-probs beside the processed data.
 
-DPO-style and KTO training compare the policy to a frozen reference. Keeping that model in memory and running
-it on every batch of every run doubles the cost; instead its per-sequence log-probs are computed once, saved
-as extra columns of a copy of the processed dataset, and read by the trainer (`tuneline.train.dpo`).
+Running a frozen reference on every batch of every run doubles the cost. Only the rows the run will visit are
+computed (`rows.py`; the others hold NaN, which the trainer refuses), and rows are kept across runs (`store.py`).
+Nothing that only shapes training (`pref_beta`, sigmoid/hinge/ipo, `learning_rate`) is in the key, so a sweep over
+those reuses one entry; ipo's per-token mean is taken at training time from the labels.
 
-Only the rows the run will visit are computed (`rows.py`: a `max_steps` run shorter than an epoch visits part of
-the training split; the validation split is evaluated whole); the others hold NaN, which the trainer refuses to
-train on. Computed rows are kept per row (`store.py`), keyed by the reference model and each row's tokens, so a
-longer run later, or another dataset sharing rows, computes only the rows not yet there. The step's own key is
-what decides its output: the reference (`source.rows_key`), the dataset fingerprint, `cutoff_len`, template,
-stage and the rows visited. Nothing that only shapes training (`pref_beta`, `pref_loss` among sigmoid/hinge/ipo,
-`learning_rate`) is in it, so a sweep over those reuses one entry. Log-probs are stored as sums; ipo's per-token
-mean is taken at training time from the labels, which is why pref_loss need not be in the key.
-
-This package imports no torch until a build actually runs, so fingerprinting stays fast.
-"""
+This package imports no torch until a build actually runs, so fingerprinting stays fast."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Computing reference log-probs: the reference model on the device the training uses, sequences batched by length.
+"""Computing reference log-probs with the numbers the trainer's live reference computes (same model, dtype, autocast).
 
-The numbers are those the trainer's live reference computes (`tuneline.logps.sequence_logps`, the same model and
-dtype, the same autocast), so a stored and a live reference agree. Each stored value is one sequence's sum (a
-pair's chosen and rejected side, a KTO row's completion and its mismatched KL completion), so sequences rather
-than rows are sorted by length and batched, two sequences per `per_device_eval_batch_size` pair, each batch padded
-to its longest, so a batch of short sequences does not pay for a long one. The forward runs under
-`torch.inference_mode` and, on CPU, on every core this process may use (the flow's process may have started with
-fewer torch threads).
-"""
+Sequences rather than rows are sorted by length and batched, so a batch of short sequences does not pay for a long
+one. On CPU every core this process may use runs (the flow's process may have started with fewer torch threads)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """Which training rows a run visits, decided from the config alone: the reference step computes only those.
 
-A run of `max_steps` shorter than an epoch visits the first `max_steps x per_device_train_batch_size x
-gradient_accumulation_steps x processes` positions of its first epoch's order and never the rest. That order is
-transformers' `RandomSampler` made seedable by accelerate (`use_seedable_sampler`, on by default): the first epoch
-is `torch.randperm(rows)` drawn from a generator seeded with `data_seed`, else `seed`. `disable_shuffling` (or
-`train_sampling_strategy: sequential`) visits the rows in order. With several processes each takes every
-`processes`-th batch of that one order, so together they visit its first positions. Whatever this module cannot
-foresee as surely (length-grouped or rebalanced sampling, `auto_find_batch_size`, an `accelerator_config` or an
-accelerate config file, several machines, a run of one epoch or more) takes every row. The trainer stops at a batch whose reference
-values are missing (`tuneline.train.dpo`), so a wrong plan fails loudly instead of training on missing numbers.
-"""
+A `max_steps` run shorter than an epoch visits the first positions of its first epoch's order (transformers'
+`RandomSampler` seeded by accelerate with `data_seed`, else `seed`). Whatever cannot be foreseen as surely takes
+every row; the trainer stops at a batch whose reference values are missing, so a wrong plan fails loudly."""
 
 from __future__ import annotations
 

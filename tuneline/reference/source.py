@@ -1,9 +1,6 @@
 """Which model is the reference, how a trainer loads it, and the key of the numbers it computes.
 
-`ref_model` (+ `ref_model_adapters`) when set; for LoRA without it, the policy as training starts with its adapter
-switched off (the base model and any `adapter_name_or_path` adapters); for full or freeze tuning, the starting
-model itself.
-"""
+`ref_model` when set; for LoRA without it, the policy with its adapter switched off; otherwise the starting model."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Reference log-probs kept per row across runs, so a run that needs more rows computes only the ones not there.
 
-One folder per reference (model content, the settings that change its numbers, the code computing them); inside
-it each row is named by its content, a sha256 over the token columns the reference reads, so the same row in
-another split, dataset or run is found again. Each build that computes rows adds one shard file, written under a
-temporary name and renamed when whole; a shard that does not load is moved aside with a warning naming it, and its
-rows are computed again.
-"""
+Each row is named by a sha256 over the token columns the reference reads, so the same row in another dataset or
+run is found again. A shard that does not load is moved aside with a warning and its rows are computed again."""
 
 from __future__ import annotations
 

@@ -107,9 +107,8 @@ def _plots_section(plots: list[str], out_dir: Path) -> str:
 def write_model_card(config, out_dir: str | os.PathLike, *, base_metrics: dict, tuned_metrics: dict,
                      dataset_fingerprints: dict, plots: list[str], mlflow_run: str | None,
                      framework_versions: dict | None = None, not_evaluated: str | None = None) -> str:
-    """Write `<out_dir>/README.md` (temporary name, then rename) and return its path; `mlflow_run` is the
-    Markdown of the MLflow run's link (`pipeline.record.run_link`), None for an untracked run; `not_evaluated`
-    says why there are no results."""
+    """Write `<out_dir>/README.md` and return its path; `mlflow_run` is the Markdown link to the run (None when
+    untracked); `not_evaluated` says why there are no results."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     versions = framework_versions if framework_versions is not None else _installed_versions()

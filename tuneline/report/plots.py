@@ -1,8 +1,4 @@
-"""Training curves as PNG, raw and smoothed, in the look LLaMA-Factory users know.
-
-The smoothing is an exponential moving average seeded with the first value whose weight grows with the
-series length along a sigmoid, so short runs stay close to the raw curve and long ones get smoother.
-"""
+"""Training curves as PNG, raw and smoothed (LLaMA-Factory's sigmoid-weighted moving average)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The only part of tuneline that talks to MLflow.
 
-Every call names its store explicitly (a URI, or the run id whose store `open_run` remembered in this process,
-else $MLFLOW_TRACKING_URI); nothing uses MLflow's process-global active run. Importing this package is cheap:
-`mlflow` itself is imported only when a function runs.
-"""
+Every call names its store explicitly; nothing uses MLflow's process-global active run. `mlflow` itself is imported
+only when a function runs."""
 
 from tuneline.tracking.artifacts import (
     download_latest_checkpoint,

@@ -1,11 +1,7 @@
 """Files in the run: outputs, checkpoints (so a resume elsewhere can fetch the last one), and the final model.
 
-The final model is logged as an MLflow pyfunc model (`tracking.served_model`), so a registered version loads with
-`mlflow.pyfunc.load_model` and serves with `mlflow models serve`. Not with MLflow's transformers flavour logged from
-the model in memory: that loads the model (for a LoRA adapter, the base model too, which may not be available
-offline) just to log it, and writes a second copy of the weights; the pyfunc model holds the saved folder as it is,
-so logging costs one upload and the folder still loads with the same few lines of transformers/peft code.
-"""
+The final model is a pyfunc model holding the saved folder as it is (`tracking.served_model`): MLflow's transformers
+flavour would load the model (a LoRA's base too) just to log it, and write a second copy of the weights."""
 
 from __future__ import annotations
 
@@ -51,13 +47,8 @@ def log_checkpoint(
     run_id: str, checkpoint_dir: str | Path, *, tracking_uri: str | None = None, train_key: str | None = None,
     resume_key: str | None = None,
 ) -> str | None:
-    """Upload a complete checkpoint to `checkpoints/<name>`, then its completion marker; returns that path.
-
-    The marker names the train and resume keys the checkpoint belongs to (when given), so a resume never
-    continues from another configuration's weights. Best effort, since it runs inside training and the checkpoint
-    is safe on disk: with the server unreachable it warns and returns None (a half-done upload has no marker, so no
-    resume will trust it).
-    """
+    """Upload a complete checkpoint to `checkpoints/<name>`, then its completion marker (naming the keys it belongs
+    to); returns that path. With the server unreachable it warns and returns None: the checkpoint is safe on disk."""
     checkpoint_dir = Path(checkpoint_dir)
     artifact_path = f"{CHECKPOINTS}/{checkpoint_dir.name}"
     uri = uri_for(run_id, tracking_uri)
@@ -80,13 +71,11 @@ def log_checkpoint(
 
 def prune_logged_checkpoints(run_id: str, keep: int, *, tracking_uri: str | None = None,
                              protect: str | None = None) -> list[str]:
-    """Delete all but the `keep` newest complete checkpoints of the run (never `protect`, e.g. the best one), as
-    `save_total_limit` does on disk; returns the names deleted.
+    """Delete all but the `keep` newest complete checkpoints of the run (never `protect`), as `save_total_limit` does
+    on disk; returns the names deleted.
 
-    Each one loses its completion marker first, so one half deleted is never trusted by a resume. Uploads cut
-    short below the newest complete checkpoint go too: nothing will complete them. Best effort: a store that
-    cannot delete (some artifact backends) keeps them, with a warning.
-    """
+    Each loses its completion marker first, so one half deleted is never trusted. A store that cannot delete keeps
+    them, with a warning."""
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
     uri = uri_for(run_id, tracking_uri)
@@ -160,10 +149,8 @@ def download_latest_checkpoint(
 ) -> Path | None:
     """Fetch the highest complete `checkpoint-N` into `dest_dir/<name>`; None when the run logged none.
 
-    With `train_key`, checkpoints logged for another key are passed over, unless `resume_key` is theirs.
-    Downloaded into a temporary sibling and renamed when whole, so a crash never leaves a half checkpoint that a
-    resume would trust. An existing `dest_dir/<name>` is returned as it is.
-    """
+    With `train_key`, checkpoints logged for another key are passed over, unless `resume_key` is theirs. An existing
+    `dest_dir/<name>` is returned as it is."""
     client = client_for(uri_for(run_id, tracking_uri))
     name = latest_logged_checkpoint(client, run_id, train_key, resume_key)
     if name is None:
@@ -218,12 +205,8 @@ def log_and_register_model(
     *,
     tracking_uri: str | None = None,
 ) -> str | None:
-    """Log `model_dir` under `model/` as an MLflow model (its `serving` config as model_config, its
-    `requirements`), with a loading README; register a version if a name is given.
-
-    The version carries `tags` (dataset fingerprint...) plus the run's latest metrics as `metric.<key>`
-    unless `tags` already sets them. Returns the version number, or None when not registered.
-    """
+    """Log `model_dir` under `model/` as an MLflow model and register a version if a name is given (its number, else
+    None). The version's tags gain the run's latest metrics as `metric.<key>` unless `tags` sets them."""
     uri = uri_for(run_id, tracking_uri)
     client = client_for(uri)
     with tempfile.TemporaryDirectory() as tmp:

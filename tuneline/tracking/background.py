@@ -1,15 +1,8 @@
 """Metrics sent from a worker thread, so the training loop never waits on MLflow.
 
-Each logged step would otherwise wait for MLflow's SQLite commit or an HTTP round trip, and with a small model and
-`logging_steps: 1` that wait is a large part of a step. A worker thread overlaps it with the next steps, and
-gathers what is logged within `interval_s` into one request rather than sending each step alone. One FIFO queue
-and one worker keep the step order; each value keeps the time it was logged. `flush()` sends what is queued at
-once and waits for it (the training flushes at every checkpoint, so the steps a checkpoint covers are in MLflow
-before a resume could start from it); `close()` also stops the worker. A value still queued when the process is
-killed is missing from MLflow (trainer_log.jsonl keeps it); that window is one interval, and never reaches behind
-the last checkpoint. An error a retry cannot fix (not an outage) is raised by the next `log()`, `flush()` or
-`close()` in the training thread, as a synchronous logger would have raised it.
-"""
+One FIFO queue and one worker keep the step order. The training flushes at every checkpoint, so a value lost to a
+kill never reaches behind the last checkpoint. An error a retry cannot fix is raised by the next call in the
+training thread, as a synchronous logger would have raised it."""
 
 from __future__ import annotations
 
@@ -26,11 +19,8 @@ _FLUSH, _STOP = object(), object()
 
 
 class BackgroundStepLogger:
-    """Wraps a StepMetricLogger: `log` only enqueues; the worker calls the wrapped logger in order.
-
-    The worker also builds it (`make_logger`): the first steps train while MLflow is imported and its store
-    opened, and are sent once it is open.
-    """
+    """Wraps a StepMetricLogger: `log` only enqueues. The worker also builds it, so the first steps train while MLflow
+    is imported."""
 
     def __init__(self, make_logger: Callable[[], StepMetricLogger], interval_s: float = SEND_INTERVAL_S):
         self.make_logger = make_logger

@@ -1,10 +1,7 @@
 """The resolved config as MLflow params: flattened, stringified, secrets masked, safe to log again.
 
-MLflow refuses to change a param's value. A run reopened to resume its training may come with other settings
-(logging, saving, output_dir: what the run key leaves out). Such a key keeps its first value as the param; its
-newest value goes to the tag `tuneline.resumed_with.<key>`, and `tuneline.resume_changes` lists every key changed
-since the run began (comma-separated), so the run shows both without failing the resumed flow.
-"""
+MLflow refuses to change a param's value, and a reopened run may resume with other settings: such a key keeps its
+first value as the param and its newest goes to the tag `tuneline.resumed_with.<key>`."""
 
 from __future__ import annotations
 
@@ -45,10 +42,8 @@ def param_values(config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def log_params(run_id: str, params: Mapping[str, Any], *, tracking_uri: str | None = None) -> dict[str, str]:
-    """Log what is new; return the keys whose value differs from the run's existing param (logged as tags).
-
-    A key changed at an earlier start stays listed and its tag gets this start's value, even one back at the
-    param's: the tags always hold what the newest start ran with."""
+    """Log what is new; return the keys whose value differs from the run's existing param (logged as tags, which
+    always hold what the newest start ran with)."""
     from mlflow.entities import Param
 
     client = client_for(uri_for(run_id, tracking_uri))

@@ -1,12 +1,8 @@
 """One MLflow run per piece of work: open or reopen it by its content keys, tag it, finish it.
 
-A Prefect flow-run id changes on every start, so it cannot name the MLflow run; two content keys do. The run key
-(`tuneline.run_key`) names the training: starting it again, even with other logging or saving settings, reopens
-the newest unfinished run with that key, so a crash-and-rerun keeps one history. The work key
-(`tuneline.work_key`) names the exact work: a finished run is reopened only on request (`reopen_finished`) and
-only for the same work key, so a repeated command adds no empty run and a finished run never stands for other
-work. A forced rerun (`--no-cache`, which trains from step 0) gets a run of its own (`fresh`).
-"""
+The run key names the training (a rerun reopens its newest unfinished run, so a crash-and-rerun keeps one history);
+the work key names the exact work, so a finished run never stands for other work. A forced rerun gets a run of its
+own."""
 
 from __future__ import annotations
 
@@ -40,13 +36,9 @@ def open_run(
     uri: str, experiment: str, run_key: str, run_name: str, tags: dict, artifact_location: str | None = None,
     reopen_finished: bool = False, work_key: str | None = None, fresh: bool = False,
 ) -> str:
-    """Run id of the newest unfinished run with this run key in `experiment` (with `reopen_finished`, or the
-    newest finished one with this work key, which defaults to the run key), else of a new run. A `fresh` start
-    (one that trains from step 0) always gets a new run: a reopened one would hold another start's steps.
-
-    Uses MlflowClient only, so no active run is left in this process's fluent state. The reopened run is set
-    back to RUNNING and receives `tags` and the work key again (new values win).
-    """
+    """Run id of the newest unfinished run with this run key (with `reopen_finished`, the newest finished one with this
+    work key), else of a new run. A `fresh` start always gets a new run: a reopened one would hold another start's
+    steps."""
     uri = resolve_tracking_uri(uri)
     client = client_for(uri)
     experiment_id = _experiment_id(client, uri, experiment, artifact_location)

@@ -1,11 +1,7 @@
-"""The final model as an MLflow model that `mlflow.pyfunc.load_model` and `mlflow models serve` load.
+"""The final model as an MLflow pyfunc model whose loader is `tuneline.serving_model` (named, never imported here).
 
-MLflow's pyfunc loader-module workflow: the trained folder is copied in as the model's data, the run's config is
-its `model_config` (so any key can be changed at load), and `tuneline.serving_model` (named, never imported here)
-loads and answers with it; that module says why not the transformers flavour. Logging loads nothing: the signature
-is declared rather than inferred by running the model, and the requirements are listed rather than inferred (MLflow
-infers them by loading the model in a subprocess).
-"""
+Logging loads nothing: the signature is declared and the requirements listed rather than inferred (MLflow infers
+them by loading the model in a subprocess)."""
 
 from __future__ import annotations
 
@@ -17,9 +13,9 @@ PYFUNC = "python_function"
 
 
 def chat_signature():
-    """Input: `messages` or `prompt`, an optional `system` and an optional `tools` list; output: per row, the answer's
-    text and its tool calls. Messages may be OpenAI's (an assistant's `tool_calls`, `tool` results): MLflow's schema
-    check refuses keys it does not declare. A tool's JSON schema has keys no fixed schema names, so `tools` is any."""
+    """Input: `messages` (the template's or OpenAI's) or `prompt`, optional `system` and `tools`; output: per row, the
+    answer and its tool calls. MLflow refuses undeclared keys; a tool's JSON schema has keys no fixed schema names, so
+    `tools` is any."""
     from mlflow.models import ModelSignature
     from mlflow.types.schema import AnyType, Array, ColSpec, Object, Property, Schema
 

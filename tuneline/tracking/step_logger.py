@@ -1,16 +1,8 @@
 """Per-step metrics from the training subprocess: each step once, and nothing lost while MLflow is down.
 
-Dedup: after a resume the trainer may log steps MLflow already holds (those between the last checkpoint and
-the crash). The last step per metric key is read from MLflow (at start, and again before sending a spool), and
-anything at or below it is dropped, so every step appears once in the history.
-
-Outage: a connection failure must not stop training. Values then go to `<spool_dir>/mlflow_spool.jsonl` (one
-JSON line per step), in order; while a spool exists new values are appended behind it, and the whole spool is
-sent (at most every `retry_interval_s`, on later `.log` calls, on `.close()` or by `flush_spool`) in step order
-and removed batch by batch. A batch that reached MLflow but whose answer was lost is dropped by the dedup on
-the next attempt, so nothing is sent twice. MLflow's own HTTP retries are cut to `http_retries` with an
-`http_timeout_s` timeout for these calls, so a down server costs a step seconds, not minutes.
-"""
+After a resume the trainer may log steps MLflow already holds, so anything at or below MLflow's last step per key
+is dropped. A connection failure must not stop training: values then go in order to a spool file, sent later in
+step order. MLflow's own HTTP retries are cut for these calls, so a down server costs a step seconds, not minutes."""
 
 from __future__ import annotations
 
@@ -119,11 +111,8 @@ def spooled_count(run_id: str, spool_dir: str | Path) -> int:
 def flush_spool(
     run_id: str, tracking_uri: str | None, spool_dir: str | Path, *, http_retries: int = 0, http_timeout_s: int = 5
 ) -> int:
-    """Send what a logger spooled for `run_id` while MLflow was unreachable.
-
-    Returns how many values still wait in the spool: 0 when everything reached MLflow. Never raises for an
-    unreachable server (the spool stays for a later call); other errors propagate.
-    """
+    """Send what a logger spooled for `run_id` while MLflow was unreachable; returns how many values still wait (0:
+    all sent). An unreachable server leaves the spool for a later call."""
     path = Path(spool_dir) / SPOOL_NAME
     if not path.is_file():
         return 0

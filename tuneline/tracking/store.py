@@ -1,9 +1,7 @@
 """Where the MLflow store is, whether it can be reached, and a client bound to it.
 
-Every MLflow call in tuneline goes through `client_for(uri)` with an explicit URI: nothing here reads or sets
-MLflow's process-global (fluent) state, so a flow, its tasks and the training subprocess can all talk to the
-same run without stepping on each other. `mlflow` is imported only inside functions, so that a cached step never loads it.
-"""
+Nothing here reads or sets MLflow's process-global (fluent) state, so a flow, its tasks and the training subprocess
+can talk to the same run; `mlflow` is imported only inside functions, so a cached step never loads it."""
 
 from __future__ import annotations
 
@@ -25,10 +23,8 @@ _RUN_URIS: dict[str, str] = {}
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    """Config value, else $MLFLOW_TRACKING_URI, else ./mlflow.db; SQLite paths made absolute.
-
-    Absolute because the training subprocess may run in another folder and must write the same store.
-    """
+    """Config value, else $MLFLOW_TRACKING_URI, else ./mlflow.db; SQLite paths made absolute because the training
+    subprocess may run in another folder and must write the same store."""
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
     if uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///") :]
@@ -135,10 +131,7 @@ def _check_writable_folder(folder: Path, what: str) -> None:
 
 
 def default_artifact_location(uri: str, experiment: str) -> str | None:
-    """Artifacts of a SQLite store live in `mlartifacts/<experiment>` beside the db file.
-
-    For a server, None lets the server choose (it proxies artifacts by default).
-    """
+    """Artifacts of a SQLite store live in `mlartifacts/<experiment>` beside the db file; a server chooses its own."""
     db = sqlite_path(uri)
     if db is None:
         return None

@@ -1,22 +1,18 @@
 """Training stages, one module each, run in the training subprocess (`python -m tuneline.train CONFIG`).
 
-Stage interface (every module in STAGE_MODULES, including helper-written dpo/kto/ppo):
+Stage interface (every module in STAGE_MODULES):
 
     run(config: RunConfig, dataset_ref: dict, extra_callbacks: list) -> dict
 
-- `config`: the resolved RunConfig. `config.training["resume_from_checkpoint"]` has already been set by the
-  entry point to the checkpoint to resume from (a complete `checkpoint-N` path) or None: pass it to
-  `trainer.train(resume_from_checkpoint=...)` as is. Do not inspect output_dir yourself; output_dir.py decided.
-- `dataset_ref`: `{"path": <processed dataset folder>, ...}` as `tuneline.data.build_dataset` returns it (or a
-  ref with just "path"); load it with `tuneline.data.load_processed(dataset_ref)`.
-- `extra_callbacks`: transformers TrainerCallbacks to add after the common ones (trainer_log.jsonl, MLflow
-  metrics, early stopping: `tuneline.train.callbacks.build_callbacks`).
-- Returns `{"output_dir": str, "global_step": int, "metrics": {name: float}}`; the final model/adapter and the
-  tokenizer are saved in output_dir, with train_results.json / eval_results.json / all_results.json.
-- Build the trainer on `tuneline.train.trainer_base.TunelineTrainer` (or a subclass) so checkpoints stay complete-or-absent: it writes them under `.partial/` and renames them when whole.
+- `config.training["resume_from_checkpoint"]` is already decided by output_dir.py: pass it to `trainer.train`
+  as is, never inspect output_dir yourself.
+- `dataset_ref` loads with `tuneline.data.load_processed(dataset_ref)`.
+- `extra_callbacks` go after the common ones (`tuneline.train.callbacks.build_callbacks`).
+- Returns `{"output_dir": str, "global_step": int, "metrics": {name: float}}`, the model and tokenizer saved in
+  output_dir.
+- Build the trainer on `TunelineTrainer` (or a subclass) so checkpoints stay complete-or-absent.
 
-Importing this package is cheap: stage modules (torch, transformers) load only in `stage_runner`.
-"""
+Importing this package is cheap: stage modules (torch, transformers) load only in `stage_runner`."""
 
 from __future__ import annotations
 

@@ -15,11 +15,8 @@ from tuneline.training_contract import LOG_FILE, METRICS_SPOOL_DIR
 
 
 class TrainerLogCallback(TrainerCallback):
-    """Writes one JSON line per log event to `<output_dir>/trainer_log.jsonl` (main process only).
-
-    The keys are trainer_log.py's. Times are seconds (`timestamp` since the epoch, for MLflow); throughput is
-    non-padding tokens per second in this process's session.
-    """
+    """Writes one JSON line per log event to `<output_dir>/trainer_log.jsonl` (main process only), with
+    trainer_log.py's keys."""
 
     def __init__(self, output_dir: str | Path):
         self.path = Path(output_dir) / LOG_FILE
@@ -70,12 +67,8 @@ def peak_gpu_memory() -> dict[str, float]:
 class MlflowMetricsCallback(TrainerCallback):
     """Streams logged metrics into the flow's MLflow run (main process only), trainer global step as step.
 
-    Active with MLFLOW_RUN_ID and MLFLOW_TRACKING_URI in the environment (the train step sets both). While MLflow
-    is unreachable the values wait in output_dir's spool, sent when it answers again (or by the flow once training
-    ends). A resumed training first sends the steps its log holds up to its checkpoint: a start killed after a
-    checkpoint was saved and before its steps were sent had not sent them. tracking.StepMetricLogger drops steps
-    MLflow already holds, so each step appears once.
-    """
+    While MLflow is unreachable the values wait in output_dir's spool. A resumed training first sends the steps its log
+    holds up to its checkpoint, which a start killed right after a save had not sent; MLflow gets each step once."""
 
     def __init__(self, output_dir: str | Path, logger_factory=None):
         self.output_dir = Path(output_dir)
@@ -120,9 +113,8 @@ def _default_logger_factory(run_id: str, tracking_uri: str, spool_dir: Path):
 
 
 class CurrentSchedule(TrainerCallback):
-    """A resumed run logs, evaluates and saves on this config's schedule. transformers restores the checkpoint's
-    `logging_steps`, `eval_steps` and `save_steps` with its state (warning that they differ); a run resumed across
-    a change of them (see output_dir.py) must honour the new values, so they are set again from the arguments."""
+    """A resumed run logs, evaluates and saves on this config's schedule: transformers restores the checkpoint's
+    `logging_steps`, `eval_steps` and `save_steps` with its state, so they are set again from the arguments."""
 
     def on_train_begin(self, args, state, control, **kwargs):
         state.compute_steps(args, state.max_steps)

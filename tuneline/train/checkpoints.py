@@ -1,10 +1,8 @@
 """Checkpoints that are complete or absent.
 
-transformers 5 writes `checkpoint-N` in place, file after file, so a crash mid-save leaves a folder that
-its own `get_last_checkpoint` would resume from. tuneline's trainer writes every checkpoint under
-`<output_dir>/.partial/` and renames it to `checkpoint-N` only once every process has finished writing:
-the rename is the proof of completeness. Resume only ever considers renamed folders holding a trainer state.
-"""
+transformers 5 writes `checkpoint-N` in place, so a crash mid-save leaves a folder its own `get_last_checkpoint`
+would resume from. tuneline writes under `<output_dir>/.partial/` and renames once every process has written:
+the rename is the proof of completeness."""
 
 from __future__ import annotations
 

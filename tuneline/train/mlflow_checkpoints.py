@@ -1,16 +1,7 @@
 """Checkpoints kept in the flow's MLflow run, so a resume on a machine with an empty output_dir continues.
 
-With `mlflow_log_checkpoints: true`, `MlflowCheckpointCallback` uploads each checkpoint from `on_save`. That is
-safe: transformers calls `on_save` right after `Trainer._save_checkpoint` returns, and TunelineTrainer's
-`_save_checkpoint` returns only after `.partial/checkpoint-N` was renamed to `checkpoint-N` (and rotation ran),
-so what is uploaded is whole. A test pins this order. The upload is synchronous (training waits for it): a
-checkpoint is uploaded once per `save_steps`, and a failed upload (server down) only warns. With
-`save_total_limit`, older checkpoints are then deleted from the run as they are from output_dir.
-
-`restore_checkpoint_from_mlflow` is the other half: when output_dir holds no complete checkpoint, it downloads
-the run's last complete one (for the same train key, or the same resume key: a run resumed with other logging or
-saving settings) so training resumes from it.
-"""
+Uploading from `on_save` is safe because TunelineTrainer's `_save_checkpoint` returns only after the rename, so
+what is uploaded is whole (a test pins this order). A failed upload only warns."""
 
 from __future__ import annotations
 
@@ -87,11 +78,8 @@ def _clear_stale_downloads(output_dir: Path) -> None:
 def restore_checkpoint_from_mlflow(config, output_dir: str | Path) -> Path | None:
     """Download the MLflow run's last complete checkpoint into an output_dir that has none; its path, or None.
 
-    Acts only with `mlflow_log_checkpoints`, MLFLOW_RUN_ID set, no complete local checkpoint and no explicit
-    `resume_from_checkpoint` path. A checkpoint logged for another train key and another resume key (read from
-    output_dir/run.json when present) is passed over. An unreachable store is a UserError: silently starting
-    over would throw away the work the run already did.
-    """
+    A checkpoint logged for another train key and another resume key is passed over. An unreachable store is a
+    UserError: silently starting over would throw away the work the run already did."""
     from tuneline.tracking import check_tracking_available, download_latest_checkpoint, resolve_tracking_uri
     from tuneline.tracking.store import is_transient
 
@@ -126,10 +114,8 @@ def restore_checkpoint_from_mlflow(config, output_dir: str | Path) -> Path | Non
 
 
 def restore_into_run_file(config) -> Path | None:
-    """The launcher's hook: restore into config.output_dir and record it in run.json as the resume point.
-
-    Call it on the main process after `prepare_output_dir` returned no local checkpoint.
-    """
+    """The launcher's hook, on the main process when output_dir has no local checkpoint: restore into it and record
+    the resume point in run.json."""
     from tuneline.training_contract import write_run_file
 
     restored = restore_checkpoint_from_mlflow(config, config.output_dir)

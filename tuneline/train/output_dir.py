@@ -1,15 +1,9 @@
-"""Whether a start resumes, starts fresh, or refuses (DESIGN.md section 3); the child's side of output_dir.
+"""Whether a start resumes, starts fresh, or refuses; the child's side of output_dir.
 
-- `run.json` holds the train key (what the result depends on) and the MLflow run id, written before training; an OS
-  file lock is held for as long as a process trains there (both in tuneline.training_contract, which the flow's
-  side reads too).
-- Two keys, kept apart: the train key is exact (any change of setting or code reruns the step); the resume key
-  covers only what a checkpoint's optimisation depends on (model, data, the settings that shape the weights).
-  Same train key, or same resume key -> resume from the last complete checkpoint (saying which settings changed).
-  Another resume key in a non-empty output_dir -> a UserError naming the changes, unless `overwrite_output_dir`,
-  which sets the old run's files aside in a sibling `<output_dir>.superseded-<time>/` folder.
-- Nothing is deleted unless the user names it: `discard_checkpoints: true` removes instead of setting aside.
-"""
+Two keys, kept apart: the train key is exact (any change of setting or code reruns the step); the resume key
+covers only what a checkpoint's optimisation depends on, so a run with other logging or saving resumes. Another
+resume key in a non-empty output_dir is refused unless `overwrite_output_dir` sets the old files aside; nothing is
+deleted unless `discard_checkpoints` says so."""
 
 from __future__ import annotations
 
@@ -47,9 +41,8 @@ TRAIN_CODE_VERSION = "train-1"
 
 
 def standalone_key(config, dataset_ref: dict[str, Any] | None) -> str:
-    """The key of a training when the child runs alone (no flow gave it the step's keys): the model's fingerprint
-    (tuneline.model.fingerprint), the dataset reference, the settings that shape the weights. It serves as the
-    resume key too."""
+    """The key of a training when the child runs alone (no flow gave it the step's keys); it serves as the resume key
+    too."""
     from tuneline.model.fingerprint import model_fingerprint
 
     model_fp = model_fingerprint(config, Path(config.pipeline.pipeline_cache_dir) / "hashes")
@@ -63,11 +56,8 @@ def standalone_key(config, dataset_ref: dict[str, Any] | None) -> str:
 
 
 def unreadable_file(checkpoint: Path) -> str | None:
-    """Why a checkpoint cannot be loaded (the name of its first file that does not read whole), or None.
-
-    A checkpoint published whole can still be damaged later (a full disk, a copy cut short): its trainer state
-    must parse, each safetensors file's header must cover the file exactly (safetensors.safe_open checks that), and
-    each torch file (optimizer, scheduler, RNG: zip archives) must end with its central directory."""
+    """Why a checkpoint cannot be loaded (the name of its first file that does not read whole), or None: a checkpoint
+    published whole can still be damaged later (a full disk, a copy cut short)."""
     try:
         json.loads((checkpoint / TRAINER_STATE).read_text())
     except (OSError, ValueError):
@@ -103,10 +93,8 @@ def _resumable_checkpoint(root: Path) -> Path | None:
 def decide_resume(output_dir: str | Path, key: str, overwrite: bool = False, resume_from_checkpoint: Any = None,
                   *, resume_key: str | None = None, settings: dict[str, Any] | None = None,
                   discard: bool = False) -> Path | None:
-    """The checkpoint to resume from (or None to start fresh).
-
-    Resumes a run with the same train key, or with the same resume key (saying which settings changed). Another
-    run is refused, or with `overwrite` set aside (deleted only with `discard`)."""
+    """The checkpoint to resume from (or None to start fresh); another run is refused, or with `overwrite` set aside
+    (deleted only with `discard`)."""
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     clear_staging(root)

@@ -1,8 +1,6 @@
 """`predict_with_generate`: answer every evaluation prompt, write generated_predictions.jsonl, score the text.
 
-Prompts are left-padded so every row's answer starts at the same column; generation follows the config's
-generating keys (do_sample, temperature, top_p, top_k, num_beams, max_new_tokens, repetition_penalty).
-"""
+Prompts are left-padded so every row's answer starts at the same column."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""trainer_log.jsonl: the training's own record of every logged step, written by it and followed by the flow.
-
-One JSON line per log event (main process only): LLaMA-Factory's keys (current_steps, total_steps, loss, lr,
-epoch, percentage, elapsed_time, remaining_time, total_tokens, throughput), every other numeric metric the
-trainer logged, and the `timestamp` it was logged at. The flow reads it for progress; the plots are drawn from it.
-"""
+"""trainer_log.jsonl: the training's own record of every logged step (LLaMA-Factory's keys plus every numeric
+metric), written by it and followed by the flow for progress and plots."""
 
 from __future__ import annotations
 
@@ -51,19 +47,15 @@ def read_log(path: Path) -> list[dict[str, Any]]:
 def truncate_log(path: Path, last_step: int) -> None:
     """Keep only records up to last_step: after a resume, later steps are logged again, once.
 
-    The kept lines go to a new file renamed over the old one, so a reader following the old file sees a new one
-    (another inode) and starts again from its beginning.
-    """
+    The kept lines go to a new file renamed over the old one, so a reader following the old file sees another inode
+    and starts again from its beginning."""
     if path.is_file():
         _replace(path, [json.dumps(entry) for entry in read_log(path) if entry.get("current_steps", 0) <= last_step])
 
 
 def rebuild_log(path: Path, log_history: list[dict[str, Any]]) -> None:
-    """Write trainer_log.jsonl from a checkpoint's log history (trainer_state.json), where the log is missing.
-
-    For a resume from a checkpoint fetched from MLflow into an empty output_dir: the log then reaches back to the
-    start again, for the plots. The history has no times: those lines carry none.
-    """
+    """Write trainer_log.jsonl from a checkpoint's log history, for a resume from a checkpoint fetched from MLflow into
+    an empty output_dir; the history has no times, so those lines carry none."""
     if path.exists():
         return
     lines = []
