@@ -1,7 +1,7 @@
 """tuneline's dpo, kto and rm trainers against trl's: `python benchmarks/trl_comparison.py [--steps 40] [--pairs 3]
 [--stages dpo,kto,rm] [--vocab 512] [--checkpointing on|off]`.
 
-The same training run twice per stage, each in a fresh process: tuneline's own path (`run_preference` / `run_stage`,
+The same training run twice per stage, each in a fresh process: tuneline's own path (`preference_stage` / `run_stage`,
 what `python -m tuneline.train CONFIG` calls) and trl's DPOTrainer, KTOTrainer or RewardTrainer given the same
 tokenized rows, the same cached reference log-probs as columns, the same LoRA adapter (tuneline's `lora_config`, the
 same seed), the same TrainingArguments (built from the same config), the same gradient checkpointing (tuneline's, on
@@ -153,11 +153,11 @@ def train_tuneline(config, data_ref: dict, timer) -> None:
 
         run_stage(config, data_ref, [timer], replace(rm.SPEC, trainer_class=recording(rm.SPEC.trainer_class)))
         return
-    from tuneline.train.dpo import DPOTrainer, run_preference
+    from tuneline.train.dpo import DPOTrainer, preference_stage
     from tuneline.train.kto import KTOTrainer
 
     trainer_class = {"dpo": DPOTrainer, "kto": KTOTrainer}[config.stage]
-    run_preference(config, data_ref, [timer], recording(trainer_class))
+    preference_stage(config.stage, recording(trainer_class))(config, data_ref, [timer])
 
 
 # --- side (b): trl's trainers on the same rows, model, arguments and callbacks

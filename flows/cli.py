@@ -12,14 +12,16 @@
     tuneline train-node CONFIG [key=value ...] --machine-rank N   (another machine joins the main one's training)
 
 It lives in flows/ because `train` starts a Prefect flow and the library below never imports Prefect.
-`train` runs flows.finetune's own command line. Heavy imports (prefect, torch, transformers) wait until the chosen
-command needs them.
+`train` is flows.finetune's own command line (`main`), looked up only when chosen. Heavy imports (prefect, torch,
+transformers) wait until the chosen command needs them.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Callable
 
 from tuneline.config import load_config
 from tuneline.errors import UserError, report_user_errors
@@ -93,12 +95,6 @@ def _add_sweep_parser(sub) -> None:
     sweep.add_argument("--metric", default="eval_loss",
                        help="what picks the best point: a metric of the tuned model's evaluation, or train_loss")
     sweep.add_argument("--greater-is-better", action="store_true", help="higher --metric wins (default: lower)")
-
-
-def _train(args) -> int:
-    from flows.finetune import main as run_finetune  # it checks the config before Prefect starts a run
-
-    return run_finetune([args.config, *args.overrides, *(["refresh_cache=true"] if args.no_cache else [])])
 
 
 def _validate(args) -> int:
@@ -218,20 +214,27 @@ def _tiny_model(args) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "validate": _validate, "preview": _preview, "export": _export, "chat": _chat,
-            "retrain": _retrain, "sweep": _sweep, "serve": _serve, "trigger": _trigger, "ui": _ui,
+# A command's function, or "module:function" for one that lives with its flow (importing it imports Prefect).
+COMMANDS = {"train": "flows.finetune:main", "validate": _validate, "preview": _preview, "export": _export,
+            "chat": _chat, "retrain": _retrain, "sweep": _sweep, "serve": _serve, "trigger": _trigger, "ui": _ui,
             "tiny-model": _tiny_model, "train-node": _train_node}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _command(name: str) -> Callable:
+    command = COMMANDS[name]
+    if isinstance(command, str):
+        module, _, function = command.partition(":")
+        command = getattr(importlib.import_module(module), function)
+    return command
+
+
+def run(argv: list[str] | None = None) -> int:
+    """The console command: its exit code, with a user's mistake as one message (code 2), never a traceback."""
     args = _parser().parse_args(argv)
-    return report_user_errors(lambda: COMMANDS[args.command](args))
-
-
-def run(argv: list[str] | None = None) -> None:
-    """The console command."""
-    sys.exit(main(argv))
+    with report_user_errors() as reported:
+        return _command(args.command)(args)
+    return reported.exit_code
 
 
 if __name__ == "__main__":
-    run()
+    sys.exit(run())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from argparse import Namespace
 from pathlib import Path
 
 from prefect import flow, runtime
@@ -90,15 +91,13 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
             "registered_version": version}
 
 
-def main(argv: list[str]) -> int:
-    """Check the config before Prefect starts a run, run the flow, print its result."""
-    if not argv:
-        print("usage: python -m flows.finetune CONFIG [key=value ...]", file=sys.stderr)
-        return 2
-    config_path, overrides = argv[0], argv[1:]
-    checked_config(config_path, overrides)
+def main(args) -> int:
+    """`tuneline train` and `python -m flows.finetune`: check the config before Prefect starts a run, run the flow,
+    print its result. `args`: config, overrides and no_cache (`--no-cache`: every step runs again)."""
+    overrides = [*args.overrides, *(["refresh_cache=true"] if args.no_cache else [])]
+    checked_config(args.config, overrides)
     try:
-        result = finetune(config_path, overrides=overrides)
+        result = finetune(args.config, overrides=overrides)
     except Exception as error:
         if not any(is_server_lost(e) for e in _causes(error)):
             raise
@@ -117,4 +116,9 @@ def _causes(error: BaseException | None):
 
 
 if __name__ == "__main__":
-    sys.exit(report_user_errors(lambda: main(sys.argv[1:])))
+    if len(sys.argv) < 2:
+        print("usage: python -m flows.finetune CONFIG [key=value ...]", file=sys.stderr)
+        sys.exit(2)
+    with report_user_errors() as reported:
+        sys.exit(main(Namespace(config=sys.argv[1], overrides=sys.argv[2:], no_cache=False)))
+    sys.exit(reported.exit_code)

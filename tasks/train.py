@@ -8,9 +8,10 @@ from prefect.runtime import task_run
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.pipeline import keys
+from tuneline.pipeline.launch import run_streaming
 from tuneline.pipeline.record import record_training
 from tuneline.pipeline.terminal_progress import terminal_progress
-from tuneline.pipeline.train_step import train_model, worth_retrying
+from tuneline.pipeline.train_step import prepare_training, worth_retrying
 from tuneline.training_contract import training_complete
 
 
@@ -65,7 +66,8 @@ def _retry_crashes_only(task, task_run, state) -> bool:
 def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
     """Launch (or resume) training in a subprocess; Prefect retries launch again and the child resumes.
 
-    The child's output lines go to the task's log (Prefect's log worker sends them to the API in batches).
+    The task runs the child itself, so that the streaming is all that sits between it and the training. The child's
+    output lines go to the task's log (Prefect's log worker sends them to the API in batches).
     """
     logger = get_run_logger()
     progress = create_progress_artifact(progress=0.0, key="training-progress", description="training progress")
@@ -78,13 +80,16 @@ def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
             bar(entry)
 
     fresh = config.pipeline.refresh_cache and task_run.run_count <= 1  # a retry resumes what the first began
+    launch = prepare_training(config, dataset, reference, _train_key(config, dataset, reference, run),
+                              run.get("run_id"), run.get("tracking_uri"), on_line=logger.info,
+                              on_progress=on_progress, start_fresh=fresh)
     try:
-        result = train_model(config, dataset, reference, _train_key(config, dataset, reference, run),
-                             run.get("run_id"), run.get("tracking_uri"), on_line=logger.info, on_progress=on_progress,
-                             start_fresh=fresh)
+        if launch.command:  # else a finished training stands for this key
+            run_streaming(launch.command, launch.env, launch.forward)
     finally:
         if bar:
             bar.close()
+    result = launch.result()
     show_progress(100.0)
     record_training(run, config, result)
     return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 
 class UserError(Exception):
@@ -50,13 +50,22 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     return f"; did you mean '{hint}'?" if hint else ""
 
 
-def report_user_errors(main: Callable[[], int]) -> int:
-    """`main()`'s exit code: a UserError becomes its message and code 2, Ctrl-C a hint and 130."""
-    try:
-        return main()
-    except UserError as exc:
-        print(f"error: {exc.format()}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: run the same command again to resume from the last checkpoint", file=sys.stderr)
-        return 130
+class report_user_errors:
+    """`with report_user_errors() as reported: return main()`, then `return reported.exit_code`: a UserError raised
+    in the block becomes its message and code 2, Ctrl-C a hint and 130. A `with` block, not a wrapping call, so no
+    frame of its own sits between a command and its work.
+    """
+
+    exit_code = 0
+
+    def __enter__(self) -> report_user_errors:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if isinstance(error, UserError):
+            print(f"error: {error.format()}", file=sys.stderr)
+            self.exit_code = error.exit_code
+        elif isinstance(error, KeyboardInterrupt):
+            print("interrupted: run the same command again to resume from the last checkpoint", file=sys.stderr)
+            self.exit_code = 130
+        return isinstance(error, (UserError, KeyboardInterrupt))

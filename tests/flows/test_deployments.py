@@ -48,11 +48,11 @@ def test_served_deployments_carry_the_yaml_schedule_and_a_valid_config(prefect_a
                                                      ("timezone: UTC", "timezone: Mars/Olympus", "Mars/Olympus"),
                                                      ("examples/dpo_lora_demo.yaml", "examples/nope.yaml", "nope.yaml")])
 def test_a_deployment_that_cannot_run_is_refused_when_served_with_its_name(tmp_path, capsys, good, bad, named):
-    from flows.cli import main
+    from flows.cli import run
 
     spec = tmp_path / "prefect.yaml"
     spec.write_text((REPO / "deployments" / "prefect.yaml").read_text().replace(good, bad, 1))
-    assert main(["serve", str(spec)]) == 2
+    assert run(["serve", str(spec)]) == 2
     err = capsys.readouterr().err
     assert named in err and "deployment '" in err and "Traceback" not in err
 
@@ -76,10 +76,10 @@ def _flow_runs(deployment_id: str) -> list:
 
 
 def test_trigger_starts_a_run_with_typed_fields_and_overrides_and_prints_its_page(prefect_api, capsys):
-    from flows.cli import main
+    from flows.cli import run
 
     deployment = _deploy("trigger-me", {"config_path": "examples/sft_lora_demo.yaml", "overrides": ["max_steps=3"]})
-    assert main(["trigger", "trigger-me", "learning_rate=2e-4", "logging_steps=3"]) == 0
+    assert run(["trigger", "trigger-me", "learning_rate=2e-4", "logging_steps=3"]) == 0
     out = capsys.readouterr().out
     [run] = _flow_runs(deployment)
     assert f"flow run {run.id}" in out and f"/runs/flow-run/{run.id}" in out
@@ -95,23 +95,23 @@ def test_trigger_starts_a_run_with_typed_fields_and_overrides_and_prints_its_pag
     (["trigger", "trigger-bad", "max_steps"], "key=value"),
 ])
 def test_a_trigger_that_cannot_run_starts_nothing_and_says_why(prefect_api, capsys, argv, message):
-    from flows.cli import main
+    from flows.cli import run
 
     deployment = _deploy("trigger-bad", {"config_path": "examples/sft_lora_demo.yaml", "overrides": []})
-    assert main(argv) == 2
+    assert run(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
     assert not _flow_runs(deployment)
 
 
 def test_trigger_without_a_server_says_how_to_reach_one(capsys, monkeypatch):
-    from flows.cli import main
+    from flows.cli import run
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: None}):
-        assert main(["trigger", "sft-nightly"]) == 2
+        assert run(["trigger", "sft-nightly"]) == 2
     assert "PREFECT_API_URL" in capsys.readouterr().err
 
 

@@ -96,13 +96,13 @@ def test_two_retrains_that_finish_at_once_never_both_promote(prefect_api, tmp_pa
 ])
 def test_a_promotion_metric_the_evaluation_never_reports_is_refused_before_training(capsys, tmp_path, monkeypatch,
                                                                                     metric, message):
-    from flows.cli import main
+    from flows.cli import run
 
     monkeypatch.chdir(REPO)
     store = tmp_path / "mlflow.db"
     argv = ["retrain", "examples/sft_lora_demo.yaml", "demo-model", f"mlflow_tracking_uri=sqlite:///{store}",
             f"output_dir={tmp_path / 'out'}", "--metric", metric]
-    assert main(argv) == 2
+    assert run(argv) == 2
     err = capsys.readouterr().err
     assert f"promotion metric {metric}" in err and message in err and "Traceback" not in err, err
     assert not store.exists(), "refused before any run was recorded"

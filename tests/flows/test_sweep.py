@@ -141,9 +141,9 @@ def test_two_by_two_sweep_nests_four_runs_shares_steps_and_tags_the_best(root, t
 def test_a_grid_with_an_unknown_key_is_refused_before_any_run(root, capsys):
     from mlflow import MlflowClient
 
-    from flows.cli import main
+    from flows.cli import run
 
-    code = main(["sweep", str(root / "dpo.yaml"), "mlflow_experiment=refused-sweep",
+    code = run(["sweep", str(root / "dpo.yaml"), "mlflow_experiment=refused-sweep",
                  "--grid", "learning_rat=1e-4,5e-5", "pref_beta=0.1,0.3"])
     assert code == 2
     err = capsys.readouterr().err

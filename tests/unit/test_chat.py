@@ -9,7 +9,7 @@ import pytest
 import yaml
 from test_export import make_adapter
 
-from flows.cli import main
+from flows.cli import run
 
 QUESTION = "add two and three"
 PROMPT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"  # chatml, written out by hand
@@ -48,14 +48,14 @@ def greedy_answer(tiny_model_dir, adapter, text: str) -> str:
 
 def test_one_prompt_is_answered_by_the_trained_model(trained, tiny_model_dir, capsys):
     path, out = trained
-    assert main(["chat", str(path), "--prompt", "add two and three"]) == 0
+    assert run(["chat", str(path), "--prompt", "add two and three"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == greedy_answer(tiny_model_dir, out, "add two and three")
 
 
 def test_a_conversation_on_stdin_starts_over_on_clear(trained, tiny_model_dir, capsys, monkeypatch):
     path, out = trained
     monkeypatch.setattr("sys.stdin", io.StringIO("hello there\nclear\nadd two and three\nexit\nnever read\n"))
-    assert main(["chat", str(path)]) == 0
+    assert run(["chat", str(path)]) == 0
     answers = [line for line in capsys.readouterr().out.splitlines() if "Assistant: " in line]
     assert len(answers) == 2, "one answer per message, none after exit"
     assert answers[1].split("Assistant: ", 1)[1] == greedy_answer(tiny_model_dir, out, "add two and three"), \
@@ -64,10 +64,10 @@ def test_a_conversation_on_stdin_starts_over_on_clear(trained, tiny_model_dir, c
 
 def test_without_a_trained_model_or_as_a_reward_model_it_is_refused(trained, tmp_path, capsys):
     path, _ = trained
-    assert main(["chat", str(path), f"output_dir={tmp_path / 'nothing'}", f"mlflow_tracking_uri=sqlite:///{tmp_path}/m.db",
+    assert run(["chat", str(path), f"output_dir={tmp_path / 'nothing'}", f"mlflow_tracking_uri=sqlite:///{tmp_path}/m.db",
                  "--prompt", "hi"]) == 2
     assert "no trained model" in capsys.readouterr().err
-    assert main(["chat", str(path), "stage=rm", "--prompt", "hi"]) == 2
+    assert run(["chat", str(path), "stage=rm", "--prompt", "hi"]) == 2
     assert "'stage: rm'" in capsys.readouterr().err
 
 
@@ -119,7 +119,7 @@ def test_the_chat_shows_the_calls_and_answers_the_typed_observation(trained, tin
     tools.write_text(json.dumps([ADD["function"]]))  # a plain spec, as LLaMA-Factory's data holds them
     prompts = scripted_agent(monkeypatch, tiny_model_dir, QWEN_CALL, "It is 5.")
     monkeypatch.setattr("sys.stdin", io.StringIO(f'{QUESTION}\n{{"sum": 5}}\nexit\n'))
-    assert main(["chat", str(path), "template=qwen", "--tools", str(tools)]) == 0
+    assert run(["chat", str(path), "template=qwen", "--tools", str(tools)]) == 0
     out = capsys.readouterr().out
     assert f"Tool calls: {json.dumps(CALLS)}\n" in out and "Observation: Assistant: It is 5.\n" in out
     assert ("<|im_start|>assistant\n" + QWEN_CALL + "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
@@ -127,7 +127,7 @@ def test_the_chat_shows_the_calls_and_answers_the_typed_observation(trained, tin
         "the calls went back as a function message, the typed result as an observation"
 
     scripted_agent(monkeypatch, tiny_model_dir, QWEN_CALL)
-    assert main(["chat", str(path), "template=qwen", "--tools", str(tools), "--prompt", QUESTION]) == 0
+    assert run(["chat", str(path), "template=qwen", "--tools", str(tools), "--prompt", QUESTION]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"Tool calls: {json.dumps(CALLS)}", "one prompt: its calls"
 
 
@@ -143,7 +143,7 @@ def test_a_bad_tools_file_is_one_message_naming_it(trained, tmp_path, capsys):
     for name, (text, expected) in cases.items():
         if text is not None:
             (tmp_path / name).write_text(text)
-        assert main(["chat", str(path), "--tools", str(tmp_path / name), "--prompt", "hi"]) == 2, name
+        assert run(["chat", str(path), "--tools", str(tmp_path / name), "--prompt", "hi"]) == 2, name
         err = capsys.readouterr().err
         assert err.startswith(f"error: cannot use the tool list: {tmp_path / name}: ") and expected in err, err
         assert "Traceback" not in err

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.cli import main as cli_main
+from flows.cli import run as cli_run
 from tuneline.config import dump_config, load_config, parse_overrides
 from tuneline.errors import ConfigError
 
@@ -119,10 +119,10 @@ def test_masked_hides_credentials_and_shows_settings_that_name_tokens(tmp_path):
 
 def test_cli_exits_2_with_one_message(tmp_path, capsys):
     path = write(tmp_path, BASE + "lora_rnak: 8\n")
-    assert cli_main(["validate", str(path)]) == 2
+    assert cli_run(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: invalid config") and "Traceback" not in err
-    assert cli_main(["validate", str(tmp_path / "absent.yaml")]) == 2
+    assert cli_run(["validate", str(tmp_path / "absent.yaml")]) == 2
 
 
 def test_paths_of_every_model_the_run_loads_are_checked(tmp_path):
@@ -161,11 +161,11 @@ def test_ppo_runs_on_several_processes_but_refuses_deepspeed_and_fsdp(tmp_path):
 
 def test_validate_says_up_front_when_a_run_will_not_be_evaluated(tmp_path, capsys):
     data = f"dataset_dir: {Path(__file__).resolve().parents[2] / 'data'}\n"
-    assert cli_main(["validate", str(write(tmp_path, BASE + data))]) == 0
+    assert cli_run(["validate", str(write(tmp_path, BASE + data))]) == 0
     assert "will not be evaluated" in capsys.readouterr().out
-    assert cli_main(["validate", str(write(tmp_path, BASE + data + "val_size: 0.1\n"))]) == 0
+    assert cli_run(["validate", str(write(tmp_path, BASE + data + "val_size: 0.1\n"))]) == 0
     assert "will not be evaluated" not in capsys.readouterr().out
-    assert cli_main(["validate", str(write(tmp_path, BASE + data + "eval_strategy: steps\n"))]) == 2
+    assert cli_run(["validate", str(write(tmp_path, BASE + data + "eval_strategy: steps\n"))]) == 2
     assert "'eval_strategy: steps' evaluates during training" in capsys.readouterr().err
 
 

@@ -139,11 +139,11 @@ def test_a_node_waits_for_the_main_machines_dataset_then_says_what_is_missing(tm
 
 
 def test_train_node_errors_reach_the_command_line_as_one_message(tmp_path, capsys):
-    from flows.cli import main
+    from flows.cli import run
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"model_name_or_path": str(REPO / "no-such-model"), "dataset": "demo_sft"}))
-    assert main(["train-node", str(cfg), "num_machines=2", "--machine-rank", "1"]) != 0
+    assert run(["train-node", str(cfg), "num_machines=2", "--machine-rank", "1"]) != 0
     err = capsys.readouterr().err
     assert "'num_machines: 2' needs 'main_process_ip'" in err and "Traceback" not in err
 

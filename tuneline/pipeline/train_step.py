@@ -1,10 +1,11 @@
-"""The train step, from the flow's side: launch `accelerate launch -m tuneline.train` and follow it.
+"""The train step, from the flow's side: prepare `accelerate launch -m tuneline.train`, follow it, record it.
 
-The parent writes the resolved config into output_dir, launches the child with the MLflow run in its
-environment (the child logs its own step metrics there), forwards its lines and its progress, and after a clean
-exit adds the result (metrics, keys) to run.json, whose `status: complete` the child set: the one completion
-marker (tuneline.training_contract). A killed start leaves the status `running`, so the next start launches again
-and the child resumes from its checkpoint.
+The parent writes the resolved config into output_dir and prepares the child's command with the MLflow run in its
+environment (the child logs its own step metrics there); the task runs it (tuneline.pipeline.launch.run_streaming),
+forwarding its lines and its progress, so that between the task and the child only the streaming runs; after a
+clean exit the result (metrics, keys) is added to run.json, whose `status: complete` the child set: the one
+completion marker (tuneline.training_contract). A killed start leaves the status `running`, so the next start
+launches again and the child resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import json
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuneline.config import RunConfig, dump_config
 from tuneline.pipeline.follow_log import TrainerLogReader
-from tuneline.pipeline.launch import TrainingFailed, launch_command, run_streaming
+from tuneline.pipeline.launch import TrainingFailed, launch_command
 from tuneline.training_contract import (
     COMPLETE,
     ERROR_PREFIX,
@@ -93,51 +95,77 @@ def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
     return dataset_ref["path"]
 
 
-def train_model(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
-                mlflow_run_id: str | None, tracking_uri: str | None,
-                on_line: Callable[[str], None] = print,
-                on_progress: Callable[[dict], None] | None = None, start_fresh: bool = False) -> dict[str, Any]:
-    """Train (or resume) into config.output_dir; return a small reference to the result.
+@dataclass
+class Launch:
+    """One start of the training child, as `prepare_training` leaves it: the caller runs `command` in `env` with
+    `launch.run_streaming`, passing each line to `forward`, then takes `result()`. Nothing to run (`command` empty)
+    where a finished training stands for this key: `result()` is that one."""
 
-    Each output line of the child goes to `on_line`; `on_progress` gets the newest trainer_log.jsonl entry at most
-    every follow_log.INTERVAL_S. `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains
-    again from step 0.
+    config: RunConfig
+    key: str
+    resume_key: str | None
+    mlflow_run_id: str | None
+    on_line: Callable[[str], None]
+    on_progress: Callable[[dict], None] | None
+    finished: dict[str, Any] | None = None
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    progress: TrainerLogReader | None = None
+
+    def forward(self, line: str) -> None:
+        """A line of the child to `on_line`; the newest trainer_log.jsonl entry to `on_progress`, at most every
+        follow_log.INTERVAL_S."""
+        self.on_line(line)
+        entries = self.progress.due()
+        if self.on_progress and entries:
+            self.on_progress(entries[-1])
+
+    def result(self) -> dict[str, Any]:
+        """A small reference to the training: the finished one, or the one the child just ended cleanly, whose
+        metrics and keys are then added to run.json (the child set `status: complete`)."""
+        if self.finished is not None:
+            return self.finished
+        if self.on_progress and (last := self.progress.new_entries()):  # the end, within the last interval
+            self.on_progress(last[-1])
+        output_dir = self.config.output_dir
+        ref = write_run_file(output_dir, output_dir=str(output_dir), train_key=self.key,
+                             metrics=_read_metrics(output_dir), mlflow_run_id=self.mlflow_run_id,
+                             resume_key=self.resume_key, settings=recorded_settings(self.config), status=COMPLETE)
+        return _reference(ref)
+
+
+def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
+                     mlflow_run_id: str | None, tracking_uri: str | None, on_line: Callable[[str], None] = print,
+                     on_progress: Callable[[dict], None] | None = None, start_fresh: bool = False) -> Launch:
+    """What training (or resuming) into config.output_dir takes: the child's command, or a finished training.
+
+    `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains again from step 0.
     """
     output_dir = config.output_dir
     refuse_if_in_use(output_dir)
     resume_key = _resume_key(config, dataset_ref, reference_ref)
+    launch = Launch(config, key, resume_key, mlflow_run_id, on_line, on_progress)
     if start_fresh:
         if moved := start_over(output_dir, config.pipeline.discard_checkpoints):
             on_line(moved)
     elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
-        return _reference(finished_run(output_dir))
+        launch.finished = _reference(finished_run(output_dir))
+        return launch
     elif (kept := finished_compatible(output_dir, key, resume_key, config, on_line)) is not None:
-        return _reference(kept)
+        launch.finished = _reference(kept)
+        return launch
     output_dir.mkdir(parents=True, exist_ok=True)
     # credentials stay out of the resolved config, which the run logs to MLflow; the child never publishes, and
     # reads a gated model's token from the environment, where huggingface_hub looks for it
     config_path = dump_config(config.without_secrets(), output_dir / RESOLVED_CONFIG)
-    cmd = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
-    env = {**os.environ, TRAIN_KEY_ENV: key, **({RESUME_KEY_ENV: resume_key} if resume_key else {})}
+    launch.command = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
+    launch.env = {**os.environ, TRAIN_KEY_ENV: key, **({RESUME_KEY_ENV: resume_key} if resume_key else {})}
     if config.model.hf_hub_token:
-        env["HF_TOKEN"] = config.model.hf_hub_token
+        launch.env["HF_TOKEN"] = config.model.hf_hub_token
     if mlflow_run_id:
-        env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri)})
-    progress = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)  # before the child can touch it
-
-    def forward(line: str) -> None:
-        on_line(line)
-        entries = progress.due()
-        if on_progress and entries:
-            on_progress(entries[-1])
-
-    run_streaming(cmd, env, forward)
-    if on_progress and (last := progress.new_entries()):  # the end, which arrived within the last interval
-        on_progress(last[-1])
-    ref = write_run_file(output_dir, output_dir=str(output_dir), train_key=key, metrics=_read_metrics(output_dir),
-                         mlflow_run_id=mlflow_run_id, resume_key=resume_key, settings=recorded_settings(config),
-                         status=COMPLETE)
-    return _reference(ref)
+        launch.env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri)})
+    launch.progress = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)  # before the child can touch it
+    return launch
 
 
 def _reference(run: dict) -> dict[str, Any]:

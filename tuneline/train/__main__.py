@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from tuneline.errors import UserError
@@ -79,43 +80,15 @@ def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
     return lock
 
 
-def train(config_path: str, dataset_path: str | None) -> dict:
-    from accelerate import PartialState
-
-    from tuneline.config import load_config
-    from tuneline.deepspeed_setup import share_process_group
-    from tuneline.train import stage_runner
-    from tuneline.train.training_args import build_training_args
-    from tuneline.training_contract import COMPLETE, write_run_file
-
-    config = load_config(config_path)
-    run = stage_runner(config.stage)
-    _ = build_training_args(config).device  # sets up the process group this launch asked for
-    share_process_group(config.training)  # DeepSpeed's comm on that group (accelerate does it on GPUs only)
-    state = PartialState()
-    dataset_ref = dataset_reference(config, dataset_path)
-    lock = prepare(config, dataset_ref, state.is_main_process, state.wait_for_everyone)
+@contextmanager
+def user_errors_end_the_process():
+    """Anything the user can fix (a UserError, a full disk) ends this process with one `tuneline: error:` line,
+    which the flow's side shows, and exit code 2; anything else is a bug and keeps its traceback."""
     try:
-        result = run(config, dataset_ref, [])
-        state.wait_for_everyone()
-        if state.is_main_process:
-            write_run_file(config.output_dir, status=COMPLETE, global_step=result.get("global_step"),
-                           finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
-        return result
-    finally:
-        if lock is not None:
-            lock.release()
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    die_with_parent()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        train(args.config, args.dataset)
+        yield
     except UserError as err:
         print(ERROR_PREFIX + str(err).replace("\n", "\n  "), file=sys.stderr, flush=True)
-        return err.exit_code
+        raise SystemExit(err.exit_code) from None
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -123,7 +96,39 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{ERROR_PREFIX}no space left on the device{where} ({err.strerror}): free space and run the same "
               "command again; it resumes from the last complete checkpoint, which a failed save leaves intact",
               file=sys.stderr, flush=True)
-        return UserError.exit_code
+        raise SystemExit(UserError.exit_code) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Every process: the same stage from the same checkpoint; process 0 alone marks run.json complete."""
+    args = parse_args(argv)
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from accelerate import PartialState  # after die_with_parent: a parent lost during these imports ends this too
+
+    from tuneline.config import load_config
+    from tuneline.deepspeed_setup import share_process_group
+    from tuneline.train import stage_runner
+    from tuneline.train.training_args import build_training_args
+    from tuneline.training_contract import COMPLETE, write_run_file
+
+    with user_errors_end_the_process():
+        config = load_config(args.config)
+        train_stage = stage_runner(config.stage)
+        _ = build_training_args(config).device  # sets up the process group this launch asked for
+        share_process_group(config.training)  # DeepSpeed's comm on that group (accelerate does it on GPUs only)
+        state = PartialState()
+        dataset_ref = dataset_reference(config, args.dataset)
+        lock = prepare(config, dataset_ref, state.is_main_process, state.wait_for_everyone)
+        try:
+            result = train_stage(config, dataset_ref, [])
+            state.wait_for_everyone()
+            if state.is_main_process:
+                write_run_file(config.output_dir, status=COMPLETE, global_step=result.get("global_step"),
+                               finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        finally:
+            if lock is not None:
+                lock.release()
     return 0
 
 

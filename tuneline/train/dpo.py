@@ -13,13 +13,15 @@ functions in `tuneline.losses`. What remains here is a forward pass and metric b
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from typing import Any
 
 from tuneline.errors import UserError
 from tuneline.logps import pair_logps
 from tuneline.losses import LENGTH_NORMALISED, REFERENCE_FREE, pairwise_loss
-from tuneline.train.trainer_base import TunelineTrainer
+from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
 
@@ -195,21 +197,18 @@ MISSING_REFERENCE = (
     "step adds the missing rows, or set 'precompute_ref: false' to run the reference live")
 
 
-def run_preference(config, dataset_ref: dict, extra_callbacks: list, trainer_class) -> dict:
-    """The common stage run, with a live reference model loaded only when the data carries no ref_* columns
-    and the policy's own disabled adapter cannot serve (full/freeze tuning, or an explicit ref_model)."""
-    from functools import partial
+def preference_stage(name: str, trainer_class) -> Callable[..., dict]:
+    """The stage's `run` (run_stage with its spec bound), with a live reference model loaded only when the data
+    carries no ref_* columns and the policy's own disabled adapter cannot serve (full/freeze tuning, or an explicit
+    ref_model)."""
 
-    from tuneline.data import load_processed
-    from tuneline.model import load_tokenizer
-    from tuneline.reference import load_reference_model, uses_reference
-    from tuneline.train.trainer_base import StageSpec, run_stage
+    def live_reference(config, datasets, tokenizer) -> dict:
+        from tuneline.reference import load_reference_model, uses_reference
 
-    ref_model = None
-    if uses_reference(config) and not has_columns(load_processed(dataset_ref), trainer_class.ref_columns):
-        ref_model = load_reference_model(config, load_tokenizer(config.model))
-    spec = StageSpec(name=config.stage, trainer_class=partial(trainer_class, ref_model=ref_model))
-    return run_stage(config, dataset_ref, extra_callbacks, spec)
+        needed = uses_reference(config) and not has_columns(datasets, trainer_class.ref_columns)
+        return {"ref_model": load_reference_model(config, tokenizer) if needed else None}
+
+    return partial(run_stage, spec=StageSpec(name=name, trainer_class=trainer_class, trainer_kwargs=live_reference))
 
 
 def has_columns(datasets, names: tuple[str, ...]) -> bool:
@@ -218,6 +217,4 @@ def has_columns(datasets, names: tuple[str, ...]) -> bool:
     return bool(splits) and all(set(names) <= set(ds.column_names) for ds in splits)
 
 
-def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
-    """Train the dpo stage on the processed dataset (with ref_* columns when precomputed)."""
-    return run_preference(config, dataset_ref, extra_callbacks, DPOTrainer)
+run = preference_stage("dpo", DPOTrainer)  # the stage interface: run(config, dataset_ref, extra_callbacks)

@@ -1,7 +1,7 @@
 """`stage: kto` -- preference tuning from single completions marked desirable or undesirable (`kto_tag`).
 
 Run through the flow (`tuneline train examples/kto_lora_demo.yaml`) or in a training process
-(`accelerate launch -m tuneline.train <config>`), which calls `run` below.
+(`accelerate launch -m tuneline.train <config>`), which calls `run` below (tuneline.train.trainer_base.run_stage).
 
 Each row carries its own completion and a mismatched one (the `kl_*` columns, another row's completion after
 this row's prompt); the mismatched pairs estimate the KL baseline of the KTO loss. Reference log-probs of both
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tuneline.logps import completion_logps
 from tuneline.losses import kto_loss
-from tuneline.train.dpo import PreferenceTrainer, reward_metrics, run_preference
+from tuneline.train.dpo import PreferenceTrainer, preference_stage, reward_metrics
 
 REF_COLUMNS = ("ref_logps", "ref_kl_logps")
 
@@ -58,6 +58,4 @@ class KTOTrainer(PreferenceTrainer):
         return self.with_reference(model, compute)
 
 
-def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
-    """Train the kto stage on the processed dataset (with ref_* columns when precomputed)."""
-    return run_preference(config, dataset_ref, extra_callbacks, KTOTrainer)
+run = preference_stage("kto", KTOTrainer)  # the stage interface: run(config, dataset_ref, extra_callbacks)

@@ -7,7 +7,7 @@ Run: `python -m tuneline.train examples/rm_lora.yaml`.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 from tuneline.rewards import sequence_scores
 from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
@@ -91,5 +91,4 @@ def rm_metrics(config, tokenizer):
 SPEC = StageSpec(name="rm", trainer_class=PairwiseTrainer, add_valuehead=True, metrics=rm_metrics)
 
 
-def run(config, dataset_ref: dict, extra_callbacks: list | None = None) -> dict[str, Any]:
-    return run_stage(config, dataset_ref, extra_callbacks or [], SPEC)
+run = partial(run_stage, spec=SPEC)  # the stage interface: run(config, dataset_ref, extra_callbacks)

@@ -11,7 +11,6 @@ Run: `python -m tuneline.train examples/sft_lora.yaml` (or through `accelerate l
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from tuneline.logps import projects_selected_positions
 from tuneline.train.predict import predict_with_generate
@@ -67,5 +66,4 @@ SPEC = StageSpec(name="sft", trainer_class=SFTTrainer, metrics=sft_metrics, afte
                  perplexity=True)
 
 
-def run(config, dataset_ref: dict, extra_callbacks: list | None = None) -> dict[str, Any]:
-    return run_stage(config, dataset_ref, extra_callbacks or [], SPEC)
+run = functools.partial(run_stage, spec=SPEC)  # the stage interface: run(config, dataset_ref, extra_callbacks)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,9 @@ class StageSpec:
     # (trainer, config, eval_dataset, tokenizer) -> extra metrics, run after training and evaluation
     after_train: Callable[..., dict[str, float]] | None = None
     perplexity: bool = False
+    # (config, datasets, tokenizer) -> more keyword arguments of trainer_class (dpo/kto: their live reference model),
+    # called before the seed is set and the policy loaded
+    trainer_kwargs: Callable[[Any, Any, Any], dict[str, Any]] | None = None
 
 
 def split_of(datasets, name: str):
@@ -213,7 +216,10 @@ def evaluated_at_last_step(trainer) -> dict[str, Any] | None:
 
 
 def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec) -> dict[str, Any]:
-    """The shape every stage shares: tokenizer, data, model, trainer, train, save, evaluate."""
+    """The shape every stage shares: tokenizer, data, model, trainer, train, save, evaluate. A stage module's `run`
+    is this with its spec bound (`functools.partial`), so no frame of its own sits on the way to `trainer.train`."""
+    from functools import partial
+
     from transformers import set_seed
 
     from tuneline.data import build_collator, load_processed
@@ -223,9 +229,11 @@ def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec)
     from tuneline.train.training_args import build_training_args
 
     args = build_training_args(config)
-    set_seed(args.seed)
     tokenizer = load_tokenizer(config.model)
     datasets = load_processed(dataset_ref)
+    if spec.trainer_kwargs is not None:
+        spec = replace(spec, trainer_class=partial(spec.trainer_class, **spec.trainer_kwargs(config, datasets, tokenizer)))
+    set_seed(args.seed)
     model = load_model(config, tokenizer, is_trainable=args.do_train, add_valuehead=spec.add_valuehead)
     collator = build_collator(spec.name, tokenizer, config.data.pad_to_multiple_of)
     callbacks = build_callbacks(config, args.output_dir, extra_callbacks)

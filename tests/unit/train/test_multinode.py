@@ -11,7 +11,7 @@ import time
 
 import pytest
 from ports import free_port
-from train_helpers import REPO_ROOT, write_config
+from train_helpers import REPO_ROOT, train_step, write_config
 
 pytestmark = pytest.mark.slow
 SETTINGS = {"per_device_train_batch_size": 2, "max_steps": 3, "save_steps": 2, "max_samples": 32, "cutoff_len": 64,
@@ -26,7 +26,6 @@ def test_two_machines_train_one_model_and_only_the_main_one_saves_and_logs(tiny_
     from tuneline.config import load_config
     from tuneline.data import build_dataset
     from tuneline.pipeline import keys
-    from tuneline.pipeline.train_step import train_model
 
     shutil.copy(empty_mlflow_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -53,7 +52,7 @@ def test_two_machines_train_one_model_and_only_the_main_one_saves_and_logs(tiny_
         reference = {"needed": False, "fingerprint": keys.reference_key(config, dataset["fingerprint"])}
         key = keys.train_key(config, dataset["fingerprint"], reference["fingerprint"])
         lines: list[str] = []
-        result = train_model(config, dataset, reference, key, run_id, uri, on_line=lines.append)
+        result = train_step(config, dataset, reference, key, run_id, uri, on_line=lines.append)
         node.wait(timeout=120)
     finally:
         node.kill()

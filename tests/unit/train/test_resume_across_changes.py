@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from train_helpers import make_config
+from train_helpers import make_config, train_step
 
 from tuneline.errors import UserError
 from tuneline.train.checkpoints import complete_checkpoints
@@ -120,7 +120,7 @@ def test_an_unreadable_checkpoint_is_set_aside_and_the_one_before_resumed(tmp_pa
 
 def test_a_second_run_on_a_busy_output_dir_is_refused_naming_the_running_one(tiny_model_dir, tmp_path):
     """A real second process holds the lock, as a training child does."""
-    from tuneline.pipeline.train_step import train_model
+    from tuneline.pipeline.train_step import prepare_training
 
     out = tmp_path / "out"
     holder = subprocess.Popen(
@@ -131,7 +131,7 @@ def test_a_second_run_on_a_busy_output_dir_is_refused_naming_the_running_one(tin
         assert holder.stdout.readline().strip() == "locked"
         config = make_config(tiny_model_dir, out)
         with pytest.raises(LockHeld, match=f"pid {holder.pid} on host .*MLflow run run-abc, run 'nightly'"):
-            train_model(config, {"path": "unused", "fingerprint": "d"}, None, "k", None, None, on_line=print)
+            prepare_training(config, {"path": "unused", "fingerprint": "d"}, None, "k", None, None, on_line=print)
         assert not (out / "tuneline_config.yaml").exists()  # refused before writing anything there
     finally:
         holder.kill()
@@ -145,7 +145,6 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
     another learning rate (the old run moved aside, a fresh start)."""
     from tuneline.data import build_dataset
     from tuneline.pipeline import keys
-    from tuneline.pipeline.train_step import train_model
     from tuneline.training_contract import RUN_FILE, write_run_file
 
     out = tmp_path / "out"
@@ -156,7 +155,7 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
         reference = {"fingerprint": keys.reference_key(config, data["fingerprint"])}
         lines: list[str] = []
         key = keys.train_key(config, data["fingerprint"], reference["fingerprint"])
-        return train_model(config, data, reference, key, None, None, on_line=lines.append), lines
+        return train_step(config, data, reference, key, None, None, on_line=lines.append), lines
 
     run()
     (out / "model.safetensors").unlink()

@@ -14,11 +14,11 @@ def build(config, stage: str, tokenizer, splits=None):
 
     from tuneline.data.collators import build_collator
     from tuneline.model.loader import load_model
-    from tuneline.train import stage_runner
+    from tuneline.train import STAGE_MODULES
     from tuneline.train.callbacks import build_callbacks
     from tuneline.train.trainer_base import build_trainer
 
-    spec = __import__(stage_runner(stage).__module__, fromlist=["SPEC"]).SPEC
+    spec = __import__(STAGE_MODULES[stage], fromlist=["SPEC"]).SPEC
     set_seed(config.training["seed"])  # as run_stage: a new head's weights must not depend on earlier tests
     splits = splits if splits is not None else make_splits(tokenizer, "rm" if stage == "rm" else "sft")
     model = load_model(config, tokenizer, is_trainable=True, add_valuehead=spec.add_valuehead)
