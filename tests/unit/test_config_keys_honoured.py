@@ -306,8 +306,8 @@ def ppo_loop_built(config, tokenizer, dataset_ref, step: bool = False) -> dict:
     from transformers import AutoModelForSequenceClassification
 
     from tuneline.data import build_collator, load_processed
-    from tuneline.train.ppo import PPOLoop, Processes
-    from tuneline.train.ppo_models import load_reference, load_value_head
+    from tuneline.train.ppo import PPOLoop
+    from tuneline.train.ppo_models import ValueHead, load_reference
     from tuneline.train.ppo_schedule import PPOSchedule, loader_settings, lr_scheduler
     from tuneline.train.training_args import build_training_args
 
@@ -317,8 +317,8 @@ def ppo_loop_built(config, tokenizer, dataset_ref, step: bool = False) -> dict:
     scorer = AutoModelForSequenceClassification.from_pretrained(config.model.model_name_or_path, num_labels=1,
                                                                 pad_token_id=tokenizer.pad_token_id).eval()
     reference, context = load_reference(config, tokenizer, policy)
-    loop = PPOLoop(config, args, nudged(policy), tokenizer, scorer, load_value_head(policy, None), reference, context,
-                   Processes())
+    loop = PPOLoop(config, args, nudged(policy), tokenizer, scorer, ValueHead(policy.config.hidden_size), reference,
+                   context)
     prompts = load_processed(dataset_ref)["train"]
     if step:
         tokenizer.padding_side = "left"

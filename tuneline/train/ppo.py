@@ -13,15 +13,17 @@ losses over mini-batches of `per_device_train_batch_size * gradient_accumulation
 micro-batches). The arithmetic lives in `ppo_core` (pure functions), the value head and reference in
 `ppo_models`, and what the evaluation shares (the reward model, its scores, the seeded sampling) in
 `tuneline.rewards`.
-With several processes (GPUs, or `num_processes`) it is data parallel: each process samples its share of the
-prompts, the score normalisation, whitening and KL statistics are taken over all processes' answers, and
-gradients are averaged by DistributedDataParallel (no DeepSpeed or FSDP). Checkpoints are complete or absent
-and hold every state the next step depends on, so a run resumed from checkpoint k ends as the uninterrupted
-run does.
+The processes are `accelerate.Accelerator`'s. With several (GPUs, or `num_processes`) it is data parallel: each
+samples its share of the prompts, the score normalisation, whitening and KL statistics are taken over all
+processes' answers (`gather`, `reduce`), and gradients are averaged by the DistributedDataParallel `prepare` wraps
+the policy and value head in (no DeepSpeed or FSDP). Checkpoints are the accelerator's `save_state`, complete or
+absent, and hold every state the next step depends on, so a run resumed from checkpoint k ends as the
+uninterrupted run does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ from tuneline.model.optimizers import loop_optimizer
 from tuneline.rewards import load_reward_model, sequence_scores
 from tuneline.rollouts import sample_answers, sampled_reward
 from tuneline.train import ppo_core
-from tuneline.train.ppo_models import VALUE_HEAD_FILE, load_reference, load_value_head
+from tuneline.train.ppo_models import ValueHead, load_policy, load_reference, save_policy
 from tuneline.train.ppo_schedule import PPOSchedule, loader_settings, lr_scheduler, prompt_batches
 
 
@@ -73,73 +75,40 @@ def forward_tokens(model, ids, attention_mask, temperature: float, head=None):
     return logps, values
 
 
-class Processes:
-    """The training processes `accelerate launch` started (one, unless several GPUs or `num_processes`)."""
+def loop_accelerator(args):
+    """The accelerator of the processes `accelerate launch` started (reading `args.device` first sets them up as
+    TrainingArguments does, which resets accelerate's state).
 
-    def __init__(self):
-        from accelerate import PartialState
+    Without its mixed precision: the weights load in the run's dtype already, so autocast would only make the
+    update's log-probs differ from the rollout's, and fp16 gradient scaling cannot unscale fp16 parameters (full
+    tuning). The scheduler steps once per PPO step, not once per process as it would after a sharded dataloader.
+    """
+    from accelerate import Accelerator
 
-        self.state = PartialState()
-        self.rank, self.world = self.state.process_index, self.state.num_processes
-        self.is_main = self.state.is_main_process
-
-    def total(self, tensor):
-        """`tensor` summed over the processes."""
-        if self.world == 1:
-            return tensor
-        summed = tensor.detach().clone().to(self.state.device)
-        torch.distributed.all_reduce(summed)
-        return summed.to(tensor.device)
-
-    def mean(self, value: float) -> float:
-        return self.means({"value": value})["value"]
-
-    def means(self, values: dict[str, float]) -> dict[str, float]:
-        """Each value averaged over the processes, in one exchange."""
-        if self.world == 1:
-            return values
-        summed = self.total(torch.tensor([float(v) for v in values.values()], dtype=torch.float64))
-        return {name: (total / self.world).item() for name, total in zip(values, summed, strict=True)}
-
-    def gather(self, tensor):
-        if self.world == 1:
-            return tensor
-        from accelerate.utils import gather
-
-        return gather(tensor.to(self.state.device)).to(tensor.device)
-
-    def parallel(self, module):
-        """`module` whose backward averages gradients over the processes (itself in one process)."""
-        if self.world == 1:
-            return module
-        device = next(module.parameters()).device
-        return torch.nn.parallel.DistributedDataParallel(
-            module, device_ids=[device.index] if device.type == "cuda" else None)
-
-    def wait(self) -> None:
-        if self.world > 1:
-            self.state.wait_for_everyone()
+    return Accelerator(cpu=args.device.type == "cpu", mixed_precision="no", step_scheduler_with_optimizer=False)
 
 
 class PPOLoop:
     """Rollout, advantages and optimisation for one policy; `step()` is one PPO step."""
 
-    def __init__(self, config, args, policy, tokenizer, reward_model, head, reference, ref_context,
-                 processes: Processes | None = None):
+    def __init__(self, config, args, policy, tokenizer, reward_model, head, reference, ref_context):
         self.config, self.args, self.tokenizer = config, args, tokenizer
         self.policy, self.reward_model, self.head = policy, reward_model, head
-        self.processes = processes or Processes()
-        # what optimise() runs forward and backward through: the same modules, wrapped for data parallelism
-        self.trained_policy, self.trained_head = self.processes.parallel(policy), self.processes.parallel(head)
         self.reference, self.ref_context = reference, ref_context
+        self.accelerator = loop_accelerator(args)
         self.hyper = PPOHyper()
         ft = config.finetuning
         self.kl = ppo_core.AdaptiveKL(ft.ppo_init_kl_coef, ft.ppo_target)
         self.gen = config.generating
-        self.optimizer = loop_optimizer(policy, head, args, ft)  # `optim`, LoRA+, as the Trainer builds them
-        self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        self.minibatch_order = torch.Generator().manual_seed(args.seed)  # checkpointed, as the global RNG is
-        self.log_window: dict[str, list[float]] = {}  # metrics since the last log, checkpointed too
+        optimizer = loop_optimizer(policy, head, args, ft)  # `optim`, LoRA+, as the Trainer builds them
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        # what optimise() runs forward and backward through: the same modules, wrapped for data parallelism
+        self.trained_policy, self.trained_head, self.optimizer = self.accelerator.prepare(policy, head, optimizer)
+        self.minibatch_order = torch.Generator().manual_seed(args.seed)
+        self.log_window: dict[str, list[float]] = {}  # metrics since the last log
+        self.accelerator.register_for_checkpointing(self.kl, self)
+        self.accelerator.register_save_state_pre_hook(self.save_weights)
+        self.accelerator.register_load_state_pre_hook(self.load_weights)
 
     def generate(self, batch):
         return sample_answers(self.policy, self.tokenizer, batch, self.gen)
@@ -154,87 +123,111 @@ class PPOLoop:
         roll.logps, roll.values = forward_tokens(self.policy, ids, attention, temperature, self.head)
         with self.ref_context():
             ref_logps, _ = forward_tokens(self.reference, ids, attention, temperature)
-        ft, processes = self.config.finetuning, self.processes
-        every = processes.gather(scores)  # every process's answers: the statistics of the whole rollout
+        ft, total = self.config.finetuning, self.accelerator.reduce  # reduce: summed over the processes
+        every = self.accelerator.gather(scores)  # every process's answers: the statistics of the whole rollout
         scores = (scores - every.mean()) / (every.std() + 1e-8) if ft.ppo_score_norm and len(every) > 1 else scores
         rewards, kl = ppo_core.token_rewards(scores, roll.logps, ref_logps, mask, self.kl.coef)
         if ft.ppo_whiten_rewards:
-            rewards = ppo_core.masked_whiten(rewards, mask, shift_mean=False, total=processes.total)
+            rewards = ppo_core.masked_whiten(rewards, mask, shift_mean=False, total=total)
         advantages, roll.returns = ppo_core.gae(rewards, roll.values, mask, self.hyper.gamma, self.hyper.lam)
-        roll.advantages = ppo_core.masked_whiten(advantages, mask, total=processes.total)
-        roll.kl = processes.mean(kl.sum(-1).mean().item())
+        roll.advantages = ppo_core.masked_whiten(advantages, mask, total=total)
+        roll.kl = self.means({"kl": kl.sum(-1).mean().item()})["kl"]
         return roll
 
     def optimise(self, roll: Rollout) -> dict[str, float]:
         """`ppo_epochs` passes of shuffled mini-batches; returns the mean losses.
 
         One optimizer step per `per_device_train_batch_size * gradient_accumulation_steps` answers, its
-        gradient accumulated over micro-batches of `per_device_train_batch_size` (as LLaMA-Factory's PPO).
+        gradient accumulated over micro-batches of `per_device_train_batch_size` (as LLaMA-Factory's PPO) and
+        averaged over the processes on the last one.
         """
-        args, hyper = self.args, self.hyper
+        args, accelerator = self.args, self.accelerator
         micro = args.per_device_train_batch_size
         size = micro * max(1, args.gradient_accumulation_steps)
         temperature = self.gen.temperature if self.gen.do_sample else 1.0
         sums: dict[str, float] = {}
         count = 0
-        policy, head = self.trained_policy, self.trained_head
-        policy.train()
+        self.trained_policy.train()
         for _ in range(self.config.finetuning.ppo_epochs):
             order = torch.randperm(len(roll.ids), generator=self.minibatch_order)
-            for start in range(0, len(order), size):
-                group = order[start:start + size]
-                self.optimizer.zero_grad()
-                for rows in group.split(micro):
-                    mask = roll.mask[rows]
-                    logps, values = forward_tokens(policy, roll.ids[rows], roll.attention_mask[rows],
-                                                   temperature, head)
-                    pg, clipfrac = ppo_core.policy_loss(logps, roll.logps[rows], roll.advantages[rows], mask,
-                                                        hyper.clip)
-                    vf = ppo_core.value_loss(values, roll.values[rows], roll.returns[rows], mask, hyper.clip_value)
-                    loss = pg + hyper.vf_coef * vf
-                    (loss * len(rows) / len(group)).backward()  # with several processes: averaged over them
-                    for name, value in (("policy_loss", pg), ("value_loss", vf), ("loss", loss),
-                                        ("clipfrac", clipfrac)):
+            for group in order.split(size):
+                micros = group.split(micro)
+                for i, rows in enumerate(micros):
+                    with self.gradient_sync(i == len(micros) - 1):
+                        losses = self.losses(roll, rows, temperature)
+                        accelerator.backward(losses["loss"] * len(rows) / len(group))
+                    for name, value in losses.items():
                         sums[name] = sums.get(name, 0.0) + value.item()
                     count += 1
                 if args.max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(self.params, args.max_grad_norm)
+                    accelerator.clip_grad_norm_(self.params, args.max_grad_norm)
                 self.optimizer.step()
+                self.optimizer.zero_grad()
         return {name: total / max(count, 1) for name, total in sums.items()}  # this process's means
+
+    def losses(self, roll: Rollout, rows, temperature: float) -> dict:
+        mask, hyper = roll.mask[rows], self.hyper
+        logps, values = forward_tokens(self.trained_policy, roll.ids[rows], roll.attention_mask[rows], temperature,
+                                       self.trained_head)
+        pg, clipfrac = ppo_core.policy_loss(logps, roll.logps[rows], roll.advantages[rows], mask, hyper.clip)
+        vf = ppo_core.value_loss(values, roll.values[rows], roll.returns[rows], mask, hyper.clip_value)
+        return {"policy_loss": pg, "value_loss": vf, "loss": pg + hyper.vf_coef * vf, "clipfrac": clipfrac}
+
+    def gradient_sync(self, now: bool) -> contextlib.ExitStack:
+        """Gradients averaged over the processes in this backward, or (`no_sync`) kept for a later one."""
+        stack = contextlib.ExitStack()
+        for module in () if now else (self.trained_policy, self.trained_head):
+            stack.enter_context(self.accelerator.no_sync(module))
+        return stack
 
     def step(self, batch) -> dict[str, float]:
         batch = {k: v.to(self.args.device) for k, v in batch.items() if hasattr(v, "to")}
         roll = self.rollout(batch)
         metrics = self.optimise(roll)
         metrics.update(reward=roll.scores.mean().item(), response_length=roll.mask.sum(-1).mean().item())
-        metrics = self.processes.means(metrics)
+        metrics = self.means(metrics)
         metrics.update(kl=roll.kl, kl_coef=self.kl.coef)  # roll.kl is already the mean over the processes
-        self.kl.update(roll.kl, len(roll.ids) * self.processes.world)
+        self.kl.update(roll.kl, len(roll.ids) * self.accelerator.num_processes)
         return metrics
+
+    def means(self, values: dict[str, float]) -> dict[str, float]:
+        """Each value averaged over the processes, in one exchange."""
+        tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=self.accelerator.device)
+        return dict(zip(values, self.accelerator.reduce(tensor, "mean").tolist(), strict=True))
 
     def mean_reward(self, dataset, collator) -> float:
         return sampled_reward(self.policy, self.reward_model, self.tokenizer, dataset, collator, self.gen,
                               seed=self.args.seed, batch_size=self.args.per_device_eval_batch_size,
                               limit=self.config.pipeline.eval_max_samples)
 
+    def state_dict(self) -> dict:
+        """What the next steps draw on besides the random states accelerate keeps: the mini-batch order, and the
+        metrics of the logging window not yet logged."""
+        return {"minibatch_rng": self.minibatch_order.get_state(), "log_window": self.log_window}
 
-def save_policy(loop: PPOLoop, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    loop.policy.save_pretrained(str(folder))
-    loop.tokenizer.save_pretrained(str(folder))
-    torch.save(loop.head.state_dict(), folder / VALUE_HEAD_FILE)
+    def load_state_dict(self, state: dict) -> None:
+        self.minibatch_order.set_state(state["minibatch_rng"])
+        self.log_window = state["log_window"]
+
+    def save_weights(self, models, weights, folder: str) -> None:
+        """`save_state` hook: the policy as `save_pretrained` writes it (for LoRA the adapter, not the whole model)
+        and the value head, in place of accelerate's full state dicts."""
+        if self.accelerator.is_main_process:
+            save_policy(self.policy, self.tokenizer, self.head, Path(folder))
+        weights.clear()
+
+    def load_weights(self, models, folder: str) -> None:
+        """`load_state` hook: what `save_weights` wrote."""
+        load_policy(self.policy, self.head, Path(folder))
+        models.clear()
 
 
-def cuda_rng_states() -> list:
-    return torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+def save_checkpoint(loop: PPOLoop, state, output_dir: Path) -> None:
+    """checkpoint-N: the accelerator's `save_state` under .partial/, renamed once every process has written its part;
+    trainer_state.json marks it complete.
 
-
-def save_checkpoint(loop: PPOLoop, state, scheduler, output_dir: Path) -> None:
-    """checkpoint-N written under .partial/ and renamed when whole; trainer_state.json marks it complete.
-
-    Besides weights, optimizer and scheduler it holds every random state the next steps draw from (sampling
-    and dropout, the mini-batch order) and the metrics not yet logged, so a resumed run repeats the
-    uninterrupted one.
+    Besides weights, optimizer and scheduler it holds each process's random states (sampling and dropout), the KL
+    coefficient, the mini-batch order and the metrics not yet logged, so a resumed run repeats the uninterrupted one.
     """
     from transformers.trainer_utils import rotate_checkpoints
 
@@ -242,63 +235,30 @@ def save_checkpoint(loop: PPOLoop, state, scheduler, output_dir: Path) -> None:
 
     name = f"checkpoint-{state.global_step}"
     staged = staging_root(output_dir) / name
-    processes = loop.processes
-    if processes.is_main:  # weights, optimizer and step are the same in every process
-        save_policy(loop, staged)
-        torch.save({"optimizer": loop.optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "kl_coef": loop.kl.coef, **random_states(loop), "log_window": loop.log_window},
-                   staged / "ppo_state.pt")
-    processes.wait()
-    if not processes.is_main:  # the random states differ: each process keeps its own
-        torch.save(random_states(loop), staged / f"ppo_rng_{processes.rank}.pt")
-    processes.wait()
-    if processes.is_main:
+    accelerator = loop.accelerator
+    accelerator.save_state(str(staged))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
         state.save_to_json(str(staged / TRAINER_STATE))
         publish(staged, output_dir / name)
         rotate_checkpoints(str(output_dir), loop.args.save_total_limit, None)
-    processes.wait()
+    accelerator.wait_for_everyone()
 
 
-def random_states(loop: PPOLoop) -> dict:
-    return {"rng": torch.get_rng_state(), "cuda_rng": cuda_rng_states(),
-            "minibatch_rng": loop.minibatch_order.get_state()}
-
-
-def resume_from(loop: PPOLoop, state, scheduler, checkpoint: Path) -> None:
-    """Load what `save_checkpoint` wrote: weights, value head, optimizer, scheduler, KL, random states, step."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
+def resume_from(loop: PPOLoop, state, checkpoint: Path) -> None:
+    """Load what `save_checkpoint` wrote, in every process, and the step and log history it had reached."""
+    from accelerate.utils import RNG_STATE_NAME
     from transformers import TrainerState
 
     from tuneline.train.checkpoints import TRAINER_STATE
 
-    adapter = checkpoint / "adapter_model.safetensors"
-    if adapter.is_file():
-        set_peft_model_state_dict(loop.policy, load_file(str(adapter)))
-    else:
-        weights = {}
-        for shard in sorted(checkpoint.glob("model*.safetensors")):
-            weights.update(load_file(str(shard)))
-        loop.policy.load_state_dict(weights, strict=False)
-    loop.head.load_state_dict(torch.load(checkpoint / VALUE_HEAD_FILE, map_location="cpu", weights_only=True))
-    saved = torch.load(checkpoint / "ppo_state.pt", map_location="cpu", weights_only=True)  # tensors, numbers
-    loop.optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    loop.kl.coef = saved["kl_coef"]
-    if loop.processes.rank > 0:
-        own = checkpoint / f"ppo_rng_{loop.processes.rank}.pt"
-        if not own.is_file():
-            raise UserError(f"{checkpoint} was saved by fewer processes than the {loop.processes.world} now "
-                            f"running (no random state for process {loop.processes.rank}); resume with the "
-                            "same number of processes, or start again with overwrite_output_dir: true",
-                            title="cannot resume")
-        saved.update(torch.load(own, map_location="cpu", weights_only=True))
-    torch.set_rng_state(saved["rng"])
-    if saved.get("cuda_rng") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(saved["cuda_rng"])
-    if "minibatch_rng" in saved:  # absent from checkpoints of earlier tuneline versions
-        loop.minibatch_order.set_state(saved["minibatch_rng"])
-    loop.log_window = saved.get("log_window", {})
+    accelerator = loop.accelerator
+    if not (checkpoint / f"{RNG_STATE_NAME}_{accelerator.process_index}.pkl").is_file():
+        raise UserError(f"{checkpoint} holds no random state for process {accelerator.process_index}: it was saved "
+                        f"by fewer processes than the {accelerator.num_processes} now running, or by a tuneline "
+                        "before PPO checkpoints were accelerate's; resume with the same number of processes, or "
+                        "start again with overwrite_output_dir: true", title="cannot resume")
+    accelerator.load_state(str(checkpoint))
     restored = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE))
     state.global_step, state.log_history = restored.global_step, restored.log_history
 
@@ -309,25 +269,26 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
 
     from tuneline.train.callbacks import MlflowMetricsCallback
 
-    args, processes = loop.args, loop.processes
+    args, accelerator = loop.args, loop.accelerator
     train = datasets["train"]
-    plan = PPOSchedule.plan(args, loop.config.finetuning.ppo_buffer_size, len(train), processes.world)
+    plan = PPOSchedule.plan(args, loop.config.finetuning.ppo_buffer_size, len(train), accelerator.num_processes)
     max_steps = plan.max_steps
-    scheduler = lr_scheduler(loop.optimizer, args, max_steps)
+    scheduler = accelerator.prepare(lr_scheduler(loop.optimizer, args, max_steps))  # saved with the checkpoints
     state = TrainerState(max_steps=max_steps, logging_steps=args.logging_steps,
-                         is_local_process_zero=processes.state.is_local_main_process,
-                         is_world_process_zero=processes.is_main)  # the callbacks log and write on the main one
+                         is_local_process_zero=accelerator.is_local_main_process,
+                         is_world_process_zero=accelerator.is_main_process)  # the callbacks log on the main one
     control = TrainerControl()
     loop.state = state
     resume = loop.config.training.get("resume_from_checkpoint")
     if resume:
-        resume_from(loop, state, scheduler, Path(resume))
+        resume_from(loop, state, Path(resume))
     for callback in callbacks:
         callback.on_train_begin(args, state, control, model=loop.policy)
     if state.global_step == 0 and has_validation(datasets):  # the reward before training, to compare with after
         _log(callbacks, args, state, {"eval_reward": loop.mean_reward(datasets["validation"], collator)})
     batches = prompt_batches(train, collator, plan.rollout_size, args.seed, skip=state.global_step,
-                             rank=processes.rank, world=processes.world, loader=loader_settings(args))
+                             rank=accelerator.process_index, world=accelerator.num_processes,
+                             loader=loader_settings(args))
     window = loop.log_window
     start = time.time()
     while state.global_step < max_steps:
@@ -342,7 +303,7 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
             _log(callbacks, args, state, logs)
             window.clear()
         if plan.saves_at(state.global_step):
-            save_checkpoint(loop, state, scheduler, output_dir)
+            save_checkpoint(loop, state, output_dir)
             for callback in callbacks:
                 if isinstance(callback, MlflowMetricsCallback):
                     callback.flush()  # the steps this checkpoint covers reach MLflow before a resume from it
@@ -380,7 +341,7 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
     reward_model = load_reward_model(config, tokenizer).to(args.device)
     policy = load_model(config, tokenizer, is_trainable=True).to(args.device)
     reference, context = load_reference(config, tokenizer, policy)
-    head = load_value_head(policy, None).to(args.device)
+    head = ValueHead(policy.config.hidden_size).to(args.device)
     loop = PPOLoop(config, args, policy, tokenizer, reward_model, head, reference.to(args.device), context)
     collator = build_collator("ppo", tokenizer, config.data.pad_to_multiple_of)
     callbacks = build_callbacks(config, output_dir, extra_callbacks)
@@ -390,24 +351,23 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
         callbacks.append(PissaConvertCallback())  # saves the initial adapter when training starts
     try:
         train_metrics = train_loop(loop, datasets, collator, callbacks, output_dir)
-        if loop.processes.is_main:
-            save_policy(loop, output_dir)
+        if loop.accelerator.is_main_process:
+            save_policy(policy, tokenizer, head, output_dir)
             if config.finetuning.pissa_convert:  # what evaluation, export and users load: plain LoRA
                 convert_pissa_adapter(policy, output_dir, pissa_init_dir(output_dir))
         evals = {}
         if has_validation(datasets):  # every process samples the same prompts with the same seed
             evals["eval_reward"] = loop.mean_reward(datasets["validation"], collator)
             _log(callbacks, args, loop.state, evals)
-        if loop.processes.is_main:
+        if loop.accelerator.is_main_process:
             write_results(output_dir, train_metrics, evals)
-        loop.processes.wait()
+        loop.accelerator.wait_for_everyone()
     finally:
         for callback in callbacks:
             if isinstance(callback, MlflowMetricsCallback):
                 callback.close()
     return {"output_dir": str(output_dir), "global_step": int(train_metrics["train_steps"]),
             "metrics": {**train_metrics, **evals}}
-
 
 
 def has_validation(datasets) -> bool:

@@ -28,6 +28,13 @@ class AdaptiveKL:
             self.coef *= 1.0 + error * n_steps / self.horizon
         return self.coef
 
+    def state_dict(self) -> dict:
+        """The coefficient reached (a checkpoint's); target and horizon come from the config."""
+        return {"coef": self.coef}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.coef = state["coef"]
+
 
 def masked_mean(values, mask, dim=None):
     if dim is None:

@@ -1,5 +1,6 @@
 """The models PPO needs beside the policy: a value head on the policy's last hidden state and the frozen
-reference. The reward model loads through `tuneline.rewards`, which the evaluation shares.
+reference; and the files the policy and its value head are saved in (output_dir and checkpoints). The reward model
+loads through `tuneline.rewards`, which the evaluation shares.
 """
 
 from __future__ import annotations
@@ -37,9 +38,26 @@ def load_reference(config, tokenizer, policy):
     return policy, policy.disable_adapter
 
 
-def load_value_head(policy, folder: Path | None) -> ValueHead:
-    hidden = policy.config.hidden_size
-    head = ValueHead(hidden)
-    if folder is not None and (folder / VALUE_HEAD_FILE).is_file():
-        head.load_state_dict(torch.load(folder / VALUE_HEAD_FILE, map_location="cpu", weights_only=True))
-    return head
+def save_policy(policy, tokenizer, head, folder: Path) -> None:
+    """The policy as `save_pretrained` writes it (for LoRA the adapter), its tokenizer and the value head."""
+    folder.mkdir(parents=True, exist_ok=True)
+    policy.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    torch.save(head.state_dict(), folder / VALUE_HEAD_FILE)
+
+
+def load_policy(policy, head, folder: Path) -> None:
+    """What `save_policy` wrote in `folder` (a checkpoint), loaded into the policy and value head training goes on
+    with."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    adapter = folder / "adapter_model.safetensors"
+    if adapter.is_file():
+        set_peft_model_state_dict(policy, load_file(str(adapter)))
+    else:
+        weights = {}
+        for shard in sorted(folder.glob("model*.safetensors")):
+            weights.update(load_file(str(shard)))
+        policy.load_state_dict(weights, strict=False)
+    head.load_state_dict(torch.load(folder / VALUE_HEAD_FILE, map_location="cpu", weights_only=True))

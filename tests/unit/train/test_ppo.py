@@ -13,7 +13,7 @@ import torch
 from transformers import TrainerCallback
 
 from tuneline.config import load_config
-from tuneline.errors import ConfigError
+from tuneline.errors import ConfigError, UserError
 from tuneline.rollouts import response_mask
 from tuneline.train import ppo_core
 
@@ -165,6 +165,7 @@ def test_ppo_runs_logs_and_saves(tiny_model_dir, reward_model_dir, tmp_path):
     assert train[-1]["kl"] != 0.0  # later ones from a policy that moved
     assert (out / "adapter_model.safetensors").is_file() and (out / "value_head.pt").is_file()
     assert (out / "checkpoint-2" / "trainer_state.json").is_file()
+    assert not (out / "checkpoint-2" / "model.safetensors").exists()  # the adapter, not accelerate's whole model
     assert result["metrics"]["eval_reward"] == evals[-1]["eval_reward"]
     # Resumed from checkpoint-2: one step more, and the log keeps each step once.
     config.training["resume_from_checkpoint"] = str(out / "checkpoint-2")
@@ -172,14 +173,24 @@ def test_ppo_runs_logs_and_saves(tiny_model_dir, reward_model_dir, tmp_path):
     assert again["global_step"] == 3
     log = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
     assert [e["current_steps"] for e in log if "reward" in e] == [1, 2, 3]
+    # A checkpoint without this process's random state (more processes now, or an earlier tuneline's) is refused.
+    (out / "checkpoint-2" / "random_states_0.pkl").unlink()
+    with pytest.raises(UserError, match="holds no random state for process 0"):
+        run(config, build_dataset(config), [])
 
 
 @pytest.mark.slow
-def test_ppo_resumed_from_a_checkpoint_ends_as_the_uninterrupted_run(tiny_model_dir, reward_model_dir, tmp_path):
-    """Same weights, value head and logged metrics after checkpoint 2 whether the run stopped there or not.
+@pytest.mark.parametrize(("tuning", "weights"), [({"lora_dropout": 0.1}, "adapter_model.safetensors"),
+                                                 ({"finetuning_type": "full"}, "model.safetensors")],
+                         ids=["lora", "full"])
+def test_ppo_resumed_from_a_checkpoint_ends_as_the_uninterrupted_run(tiny_model_dir, reward_model_dir, tmp_path,
+                                                                     tuning, weights):
+    """Same weights, value head and logged metrics after checkpoint 2 whether the run stopped there or not, for
+    LoRA (the checkpoint holds the adapter) and full tuning (the whole model).
 
-    Dropout, sampling, the mini-batch order and a logging window that spans the checkpoint all draw on state
-    the checkpoint must carry. Accumulation: rollouts of 2 x 2 answers, one optimizer step per rollout pass.
+    Dropout, sampling, the mini-batch order, the KL coefficient and a logging window that spans the checkpoint all
+    draw on state the checkpoint must carry. Accumulation: rollouts of 2 x 2 answers, one optimizer step per rollout
+    pass.
     """
     from safetensors.torch import load_file
 
@@ -187,8 +198,9 @@ def test_ppo_resumed_from_a_checkpoint_ends_as_the_uninterrupted_run(tiny_model_
     from tuneline.train.ppo import run
 
     def train(name, **extra):
-        config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path / name, max_steps=4, save_strategy="steps", save_steps=2, logging_steps=3, lora_dropout=0.1,
-                            per_device_train_batch_size=2, gradient_accumulation_steps=2, ppo_epochs=2, **extra)
+        config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path / name, max_steps=4, save_strategy="steps",
+                            save_steps=2, logging_steps=3, per_device_train_batch_size=2,
+                            gradient_accumulation_steps=2, ppo_epochs=2, **tuning, **extra)
         run(config, build_dataset(config), [])
         out = tmp_path / name / "ppo"
         log = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
@@ -198,15 +210,14 @@ def test_ppo_resumed_from_a_checkpoint_ends_as_the_uninterrupted_run(tiny_model_
     resumed, resumed_log = train("resumed", resume_from_checkpoint=str(whole / "checkpoint-2"))
     assert sorted(whole_log) == [3, 4] and sorted(resumed_log) == [3, 4]
     for step in (3, 4):
-        for name in ("reward", "kl", "loss", "policy_loss", "value_loss"):
+        for name in ("reward", "kl", "kl_coef", "loss", "policy_loss", "value_loss"):
             assert resumed_log[step][name] == pytest.approx(whole_log[step][name], abs=1e-6), (step, name)
-    for file in ("adapter_model.safetensors",):
-        a, b = load_file(str(whole / file)), load_file(str(resumed / file))
-        assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    a, b = load_file(str(whole / weights)), load_file(str(resumed / weights))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     heads = [torch.load(out / "value_head.pt") for out in (whole, resumed)]
     assert all(torch.allclose(heads[0][k], heads[1][k], atol=1e-6) for k in heads[0])
-    state = torch.load(whole / "checkpoint-4" / "ppo_state.pt", weights_only=False)
-    assert {int(s["step"]) for s in state["optimizer"]["state"].values()} == {4 * 2}  # steps x ppo_epochs
+    state = torch.load(whole / "checkpoint-4" / "optimizer.bin", weights_only=False)
+    assert {int(s["step"]) for s in state["state"].values()} == {4 * 2}  # steps x ppo_epochs
 
 
 @pytest.mark.parametrize(("keys", "message"), [
@@ -269,7 +280,7 @@ def test_ppo_honours_optim_loraplus_epoch_saves_workers_and_pissa(tiny_model_dir
     run(config, build_dataset(config), [trained])
     out = config.output_dir
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]  # 8 prompts, 4 a step
-    state = torch.load(out / "checkpoint-4" / "ppo_state.pt", weights_only=False)["optimizer"]
+    state = torch.load(out / "checkpoint-4" / "optimizer.bin", weights_only=False)
     assert sorted({group["lr"] for group in state["param_groups"]}) == [1e-2, 4e-2]  # A and head; B x4
     assert all(not s for s in state["state"].values())  # SGD without momentum keeps no state
     assert load_file(str(out / "adapter_model.safetensors"))  # the converted adapter, rank 2r:
@@ -289,7 +300,7 @@ def test_one_ppo_update_moves_log_probs_along_the_advantages(tiny_model_dir, rew
     from tuneline.model import load_model, load_tokenizer
     from tuneline.rewards import load_reward_model
     from tuneline.train.ppo import PPOLoop, forward_tokens
-    from tuneline.train.ppo_models import load_reference, load_value_head
+    from tuneline.train.ppo_models import ValueHead, load_reference
     from tuneline.train.training_args import build_training_args
 
     config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, ppo_epochs=2, learning_rate=1e-3,
@@ -300,7 +311,7 @@ def test_one_ppo_update_moves_log_probs_along_the_advantages(tiny_model_dir, rew
     reference, context = load_reference(config, tokenizer, policy)
     assert reference is policy  # LoRA without ref_model: the policy with its adapter disabled
     loop = PPOLoop(config, build_training_args(config), policy, tokenizer, load_reward_model(config, tokenizer),
-                   load_value_head(policy, None), reference, context)
+                   ValueHead(policy.config.hidden_size), reference, context)
     torch.manual_seed(0)
     roll = loop.rollout(build_collator("ppo", tokenizer)([prompts[i] for i in range(8)]))
     assert roll.kl == pytest.approx(0.0, abs=1e-6) and roll.mask.sum() > 0
@@ -396,7 +407,7 @@ def test_two_cpu_processes_run_ppo_as_one_process_with_the_whole_rollout(tiny_mo
     b = load_file(str(Path(two.output_dir) / "adapter_model.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
     checkpoint = Path(two.output_dir) / "checkpoint-2"
-    assert (checkpoint / "ppo_state.pt").is_file() and (checkpoint / "ppo_rng_1.pt").is_file()
+    assert {"random_states_0.pkl", "random_states_1.pkl", "optimizer.bin"} <= {p.name for p in checkpoint.iterdir()}
 
     # Both processes resume from that checkpoint and end as the uninterrupted pair did.
     resumed = ppo_config(tiny_model_dir, reward_model_dir, tmp_path / "resumed", gradient_accumulation_steps=2,
