@@ -40,6 +40,7 @@ from tuneline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "data"
+MEDIA_DATA = REPO / "tests" / "fixtures" / "llamafactory-mm"  # LLaMA-Factory's image demo, for media_dir
 # The learning rates are read by stepping schedulers without training: torch's warning about that order is expected.
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`:UserWarning")
 
@@ -78,6 +79,7 @@ CONTEXTS: dict[str, dict[str, Any]] = {
     **dict.fromkeys(["eval_strategy", "evaluation_strategy"], {"val_size": 4}),
     "interleave_probs": {"dataset": "demo_sft,demo_sharegpt", "mix_strategy": "interleave_under"},
     "lr_scheduler_kwargs": {"lr_scheduler_type": "cosine_with_restarts"},
+    "media_dir": {"dataset": "mllm_demo", "dataset_dir": "<media_data>"},
     "optim_args": {"optim": "sgd"},
     "optim_target_modules": {"optim": "galore_adamw"},
     **dict.fromkeys(["dataloader_persistent_workers", "dataloader_prefetch_factor"], {"dataloader_num_workers": 1}),
@@ -91,7 +93,7 @@ VALUES: dict[str, Any] = {
     "cache_dir": "<tmp>/hub", "model_revision": "v2", "hf_hub_token": "hf_token", "add_special_tokens": "<|x|>",
     "export_dir": "<tmp>/export", "dataset": "demo_sharegpt", "eval_dataset": "demo_sft_eval",
     "dataset_dir": "<data2>", "template": "chatml", "val_size": 4, "tool_format": "qwen", "tool_date": "26 Jul 2024", "max_samples": 8,
-    "default_system": "Be brief.", "tokenized_path": "<tmp>/tokenized", "pad_to_multiple_of": 8,
+    "default_system": "Be brief.", "tokenized_path": "<tmp>/tokenized", "pad_to_multiple_of": 8, "media_dir": "<media2>",
     "interleave_probs": "0.3,0.7", "lora_target": "q_proj,v_proj", "additional_target": "lm_head", "lora_alpha": 4,
     "loraplus_lr_ratio": 4.0, "freeze_trainable_layers": 1, "freeze_trainable_modules": "mlp",
     "freeze_extra_modules": "norm", "badam_start_block": 1, "ref_model": "<model>", "ref_model_adapters": "<adapter>",
@@ -484,13 +486,19 @@ def world(tiny_model_dir, tmp_path_factory):
     adapter = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=2, target_modules=["q_proj"]))
     adapter.save_pretrained(str(tmp / "adapter"))
     shutil.copytree(DATA, tmp / "data2")
+    shutil.copytree(MEDIA_DATA, tmp / "media_data")
+    pictures = tmp / "media2" / "mllm_demo_data"  # the same names holding other pictures
+    pictures.mkdir(parents=True)
+    for name, other in (("1.jpg", "2.jpg"), ("2.jpg", "3.jpg"), ("3.jpg", "1.jpg")):
+        shutil.copy(MEDIA_DATA / "mllm_demo_data" / other, pictures / name)
     rows = json.loads((DATA / "demo_sft.json").read_text())
     (tmp / "data2" / "demo_sft.json").write_text(json.dumps(rows[1:]))  # another dataset under the same name
     (tmp / "rm.yaml").write_text(f"stage: rm\nmodel_name_or_path: {tiny_model_dir}\ndataset: demo_pref\n")
     (tmp / "accelerate.yaml").write_text("distributed_type: NO\nnum_processes: 1\n")
     (tmp / "zero2.json").write_text(json.dumps({"zero_optimization": {"stage": 2}}))
     places = {"<model2>": str(other), "<model>": str(tiny_model_dir), "<adapter>": str(tmp / "adapter"),
-              "<data2>": str(tmp / "data2"), "<rm_config>": str(tmp / "rm.yaml"),
+              "<data2>": str(tmp / "data2"), "<media_data>": str(tmp / "media_data"), "<media2>": str(tmp / "media2"),
+              "<rm_config>": str(tmp / "rm.yaml"),
               "<accelerate>": str(tmp / "accelerate.yaml"), "<zero2>": str(tmp / "zero2.json"), "<tmp>": str(tmp)}
     base = {"model_name_or_path": str(tiny_model_dir), "dataset": "demo_sft", "dataset_dir": str(DATA),
             "max_samples": 16, "output_dir": str(tmp / "out"), "pipeline_cache_dir": str(tmp / "cache"),

@@ -67,6 +67,8 @@ class DataArgs:
     dataset: str | None = arg(None, "Comma-separated dataset names from dataset_info.json.")
     eval_dataset: str | None = arg(None, "Comma-separated evaluation dataset names.")
     dataset_dir: str = arg("data", "Folder holding dataset_info.json and the data files.")
+    media_dir: str | None = arg(None, "Folder that relative image and video paths in the data start from; unset: "
+                                      "dataset_dir, as in LLaMA-Factory.")
     template: str | None = arg(None, "Chat template name; unset or 'auto' uses the tokenizer's own.")
     cutoff_len: int = arg(2048, "Maximum tokens per example after tokenization.")
     train_on_prompt: bool = arg(False, "Compute loss on prompt tokens too.")

@@ -170,7 +170,6 @@ UNSUPPORTED_KEYS: dict[str, object] = {
     "freeze_language_model": False,
     "image_max_pixels": None,
     "video_max_pixels": None,
-    "media_dir": None,
     "enable_thinking": True,
     "upcast_layernorm": False,
     "upcast_lmhead_output": False,

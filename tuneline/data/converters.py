@@ -1,13 +1,17 @@
 """Rows in alpaca or sharegpt format -> one standard example, or the reason the row is bad.
 
-A standard example is `{"_prompt", "_response", "_system", "_tools", "_kto_tag", "_file", "_row"}`; pairwise data
-has [chosen, rejected] as `_response`. `_file`/`_row` travel along for checks that can only run after tokenization."""
+A standard example is `{"_prompt", "_response", "_system", "_tools", "_kto_tag", "_images", "_videos", "_file",
+"_row"}`; pairwise data has [chosen, rejected] as `_response`. `_images`/`_videos` are lists of absolute file paths,
+empty for a text row, so text and media rows mix. `_file`/`_row` travel along for checks that can only run after
+tokenization."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from tuneline.data.media import MEDIA_KINDS, MediaChecker, MediaProblem, check_count, row_media
 from tuneline.data.readers import BadRow, Row
 from tuneline.data.registry import DatasetAttr
 from tuneline.data.tools import ToolDataError, check_call_content, load_tools
@@ -49,18 +53,43 @@ NEEDED_COLUMNS = {  # (formatting, stage) -> columns an entry must name; pairwis
 }
 
 
-def convert_rows(attr: DatasetAttr, rows: list[Row], stage: str) -> tuple[list[dict], list[BadRow]]:
+def convert_rows(attr: DatasetAttr, rows: list[Row], stage: str,
+                 media_dir: str | Path) -> tuple[list[dict], list[BadRow]]:
+    """Standard examples and bad rows; `media_dir` is where relative media paths start."""
     convert = CONVERTERS[attr.formatting]
     examples, bad = [], []
+    checker = MediaChecker()
     for row in rows:
         try:
             example = convert(attr, row.data, stage)
+            example.update(_media(attr, row.data, example, stage, Path(media_dir), checker))
         except _Bad as exc:
             bad.append(BadRow(row.file, row.row, exc.reason, exc.column, exc.detail))
             continue
         example.update(_file=row.file, _row=row.row)
         examples.append(example)
     return examples, bad
+
+
+def _media(attr: DatasetAttr, data: dict, example: dict, stage: str, root: Path, checker: MediaChecker) -> dict:
+    """`_images`/`_videos` of a converted row: placeholders counted against the media, then each file checked."""
+    response = example["_response"]
+    pairwise = stage in ("rm", "dpo")
+    sequences = [example["_prompt"] + [answer] for answer in response] if pairwise else [
+        example["_prompt"] + response]
+    media = {}
+    for kind in MEDIA_KINDS:
+        column = getattr(attr, kind)
+        paths: list[str] = []
+        if column:
+            try:
+                paths = row_media(data.get(column), kind, root)
+                check_count(sequences, paths, kind)
+                checker.check(paths, kind)
+            except MediaProblem as exc:
+                raise _Bad(exc.reason, column, exc.detail) from None
+        media[f"_{kind}"] = paths
+    return media
 
 
 def _value(data: dict, column: str | None, types: tuple, required: bool = False) -> Any:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from tuneline.config.run_config import RunConfig
 from tuneline.data.cache_key import seed_of
 from tuneline.data.converters import check_stage, convert_rows
+from tuneline.data.media import media_root
 from tuneline.data.readers import BadRow, Row, read_rows
 from tuneline.data.registry import dataset_attrs
 from tuneline.errors import ConfigError, DataError
@@ -46,7 +47,7 @@ def load_examples(config: RunConfig, names: list[str]) -> Loaded:
         check_stage(attr, config.stage)
         rows, bad = read_rows(attr, data.dataset_dir, config.model.cache_dir)
         rows = sample_rows(rows, attr.num_samples, data.max_samples, seed_of(config))
-        examples, bad_converted = convert_rows(attr, rows, config.stage)
+        examples, bad_converted = convert_rows(attr, rows, config.stage, media_root(data))
         out.per_dataset.append(examples)
         out.names.append(attr.name)
         out.bad += bad + bad_converted

@@ -15,12 +15,16 @@ from tuneline.errors import DataError, did_you_mean
 INFO_FILE = "dataset_info.json"
 FORMATS = ("alpaca", "sharegpt")
 COLUMN_KEYS = ("prompt", "query", "response", "history", "messages", "system", "tools", "chosen", "rejected",
-               "kto_tag")
+               "kto_tag", "images", "videos")
 TAG_KEYS = ("role_tag", "content_tag", "user_tag", "assistant_tag", "observation_tag", "function_tag", "system_tag")
 SOURCE_KEYS = ("file_name", "hf_hub_url")
 # Every key an entry may hold; `file_sha1` is a checksum LLaMA-Factory no longer checks, and neither do we.
 ENTRY_KEYS = (*SOURCE_KEYS, "formatting", "ranking", "subset", "split", "revision", "num_samples", "columns", "tags",
               "file_sha1")
+UNSUPPORTED_COLUMNS = {  # LLaMA-Factory's column keys tuneline does not implement, and what to do instead
+    "audios": "audio is not supported; remove the column and its <audio> placeholders, or train audio models "
+              "with LLaMA-Factory",
+}
 NOT_SUPPORTED = {  # LLaMA-Factory's entry keys that tuneline does not implement, and what to do instead
     "ms_hub_url": "download the ModelScope dataset and name the file with 'file_name'",
     "om_hub_url": "download the Modelers dataset and name the file with 'file_name'",
@@ -52,6 +56,8 @@ class DatasetAttr:
     chosen: str | None = None
     rejected: str | None = None
     kto_tag: str | None = None
+    images: str | None = None  # media columns: file paths per row (see media.py)
+    videos: str | None = None
     # sharegpt tags
     role_tag: str = "from"
     content_tag: str = "value"
@@ -130,10 +136,16 @@ def parse_entry(name: str, entry: Any) -> DatasetAttr:
             for key in COLUMN_KEYS:
                 setattr(attr, key, None)
         for key, value in mapping.items():
-            if key not in keys:
+            if group == "columns" and key in UNSUPPORTED_COLUMNS:
+                problems.append(f"dataset '{name}': columns key '{key}': {UNSUPPORTED_COLUMNS[key]}")
+            elif key not in keys:
                 problems.append(f"dataset '{name}': unknown {group} key '{key}'{did_you_mean(key, keys)}")
             else:
                 setattr(attr, key, value)
+    if source == "hf_hub" and (attr.images or attr.videos):
+        problems.append(f"dataset '{name}': images and videos of a hub dataset ('hf_hub_url') are not supported; "
+                        "download the dataset, write its media as files and its rows as JSON naming their paths, "
+                        "and name that file with 'file_name'")
     if problems:
         raise DataError(problems)
     return attr

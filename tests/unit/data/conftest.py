@@ -7,6 +7,7 @@ independent of any trained vocabulary.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,15 @@ def char_tokenizer(char_tokenizer_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(char_tokenizer_dir)
+
+
+@pytest.fixture
+def media_data_dir(tmp_path) -> Path:
+    """A copy of LLaMA-Factory's multimodal demo folder (tests/fixtures/llamafactory-mm) as tmp_path/data, the
+    `dataset_dir` of make_config: a test may cut, replace or remove its media files."""
+    root = tmp_path / "data"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "llamafactory-mm", root)
+    return root
 
 
 @pytest.fixture

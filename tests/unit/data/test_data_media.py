@@ -1,0 +1,271 @@
+"""LLaMA-Factory's `images` and `videos` columns: its demo data converted, media paths resolved, every bad medium a
+named bad row found while building (the cache key's share: test_data_media_key.py).
+
+tests/fixtures/llamafactory-mm holds LLaMA-Factory's multimodal demo data (Apache-2.0, its LICENSE beside it); each
+test works on a copy, so it may cut, replace or remove files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from data_helpers import write_dataset
+
+from tuneline.data import build_dataset
+from tuneline.data.loader import load_examples
+from tuneline.errors import ConfigError, DataError
+
+ALPACA_IMAGES = {"columns": {"prompt": "instruction", "response": "output", "images": "images"}}
+SHAREGPT_MEDIA = {"formatting": "sharegpt", "columns": {"messages": "messages", "images": "images",
+                                                       "videos": "videos"},
+                  "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                           "assistant_tag": "assistant"}}
+PAIRS_IMAGES = {"ranking": True, "columns": {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected",
+                                             "images": "images"}}
+
+
+
+def converted(make_config, name: str, stage: str = "sft", **overrides):
+    config = make_config(dataset=name, stage=stage, **overrides)
+    return load_examples(config, config.dataset_names)
+
+
+def good(loaded) -> list[dict]:
+    assert not loaded.bad, [b.message() for b in loaded.bad]
+    return loaded.per_dataset[0]
+
+
+def bad_messages(loaded) -> list[str]:
+    return [b.message() for b in loaded.bad]
+
+
+def chat(text: str, answer: str = "ok") -> list[dict]:
+    return [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+
+
+# --- LLaMA-Factory's demo data, unchanged
+
+
+def test_mllm_demo_rows_carry_their_images_as_absolute_paths(media_data_dir, make_config):
+    rows = good(converted(make_config, "mllm_demo"))
+    images = media_data_dir / "mllm_demo_data"
+    assert [ex["_images"] for ex in rows] == [[str(images / "1.jpg")] * 2, [str(images / "2.jpg")],
+                                              [str(images / "3.jpg")]] * 2
+    assert all(ex["_videos"] == [] for ex in rows)
+    first = rows[0]
+    assert first["_prompt"][0] == {"role": "user", "content": "<image>Who are they?"}
+    assert first["_prompt"][2] == {"role": "user", "content": "What are they doing?<image>"}
+    assert first["_response"] == [{"role": "assistant", "content": "They are celebrating on the soccer field."}]
+
+
+def test_mllm_video_demo_rows_carry_their_videos(media_data_dir, make_config):
+    rows = good(converted(make_config, "mllm_video_demo"))
+    videos = media_data_dir / "mllm_demo_data"
+    assert [ex["_videos"] for ex in rows] == [[str(videos / "1.mp4")], [str(videos / "2.avi")],
+                                              [str(videos / "3.mp4")]]
+    assert all(ex["_images"] == [] for ex in rows)
+
+
+@pytest.mark.parametrize("stage", ["dpo", "rm"])
+def test_rlhf_v_pairs_carry_their_image(media_data_dir, make_config, stage):
+    rows = good(converted(make_config, "rlhf_v", stage=stage))
+    assert len(rows) == 4
+    first = rows[0]
+    assert first["_images"] == [str(media_data_dir / "mllm_demo_data" / "1.jpg")]
+    assert first["_prompt"] == [{"role": "user", "content": "<image>What is happening in this picture?"}]
+    assert [answer["content"] for answer in first["_response"]] == [
+        "Two football players in red kits are celebrating on the pitch.", "A family is having a picnic by a lake."]
+
+
+# --- paths
+
+
+def test_text_and_image_rows_mix_in_one_dataset_and_build(media_data_dir, make_config):
+    one = str(media_data_dir / "mllm_demo_data" / "1.jpg")
+    rows = [{"instruction": "Say hi.", "output": "hi"},
+            {"instruction": "<image>What is this?", "output": "Players.", "images": "mllm_demo_data/2.jpg"},
+            {"instruction": "<image>And this?", "output": "More players.", "images": [one]},
+            {"instruction": "No picture here.", "output": "Right.", "images": []}]
+    write_dataset(media_data_dir, "mixed", rows, ALPACA_IMAGES)
+    examples = good(converted(make_config, "mixed"))
+    assert [ex["_images"] for ex in examples] == [[], [str(media_data_dir / "mllm_demo_data" / "2.jpg")], [one], []]
+    assert [ex["_videos"] for ex in examples] == [[]] * 4
+    write_dataset(media_data_dir, "text", [{"instruction": "Add 1 and 2.", "output": "3"}])
+    ref = build_dataset(make_config(dataset="text,mixed"))  # a text dataset and a media one concatenate
+    assert ref["train_rows"] == 5 and ref["bad_rows"] == {}
+
+
+def test_relative_paths_start_at_media_dir(media_data_dir, tmp_path, make_config):
+    media = tmp_path / "media"
+    (media / "pics").mkdir(parents=True)
+    shutil.copy(media_data_dir / "mllm_demo_data" / "3.jpg", media / "pics" / "x.jpg")
+    write_dataset(media_data_dir, "elsewhere", [{"instruction": "<image>Who?", "output": "A player.",
+                                           "images": ["pics/x.jpg"]}], ALPACA_IMAGES)
+    (ex,) = good(converted(make_config, "elsewhere", media_dir=str(media)))
+    assert ex["_images"] == [str(media / "pics" / "x.jpg")]
+    loaded = converted(make_config, "elsewhere")  # unset: relative to dataset_dir, where pics/ is not
+    assert bad_messages(loaded) == [
+        f"{media_data_dir / 'elsewhere.json'}: row 1, column 'images': media file missing: image "
+        f"'{media_data_dir / 'pics' / 'x.jpg'}' does not exist (a relative path starts at media_dir, which defaults to "
+        "dataset_dir)"]
+
+
+def test_a_relative_path_found_from_the_working_directory_is_kept_as_llamafactory_keeps_it(
+        media_data_dir, tmp_path, make_config, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_dataset(media_data_dir, "from_cwd", [{"instruction": "<image>Who?", "output": "A player.",
+                                          "images": ["data/mllm_demo_data/1.jpg"]}], ALPACA_IMAGES)
+    (ex,) = good(converted(make_config, "from_cwd"))
+    assert ex["_images"] == [str(tmp_path / "data" / "mllm_demo_data" / "1.jpg")]
+
+
+def test_placeholders_follow_llamafactorys_environment_variables(media_data_dir, tmp_path, char_tokenizer_dir):
+    write_dataset(media_data_dir, "own_tag", [{"instruction": "[IMG] Who?", "output": "A player.",
+                                         "images": ["mllm_demo_data/1.jpg"]}], ALPACA_IMAGES)
+    code = (
+        "from tuneline.config import load_config\n"
+        "from tuneline.data.loader import load_examples\n"
+        f"c = load_config(overrides={{'model_name_or_path': {str(char_tokenizer_dir)!r}, 'dataset': 'own_tag',"
+        f" 'dataset_dir': {str(media_data_dir)!r}, 'output_dir': {str(tmp_path / 'o')!r}}}, check_paths=False)\n"
+        "loaded = load_examples(c, c.dataset_names)\n"
+        "print([b.message() for b in loaded.bad], loaded.per_dataset[0][0]['_images'])\n"
+    )
+    env = {**os.environ, "IMAGE_PLACEHOLDER": "[IMG]"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"[] {[str(media_data_dir / 'mllm_demo_data' / '1.jpg')]}"
+
+
+# --- bad media, each a named bad row
+
+
+def _cut_jpeg(media_data_dir: Path) -> str:
+    whole = (media_data_dir / "mllm_demo_data" / "2.jpg").read_bytes()
+    (media_data_dir / "cut.jpg").write_bytes(whole[: len(whole) // 2])
+    return "cut.jpg"
+
+
+def _text_as_jpeg(media_data_dir: Path) -> str:
+    (media_data_dir / "notes.jpg").write_text("these are notes, not a picture\n")
+    return "notes.jpg"
+
+
+BAD_IMAGES = {  # case -> (image file the row names (made by a function of media_data_dir), text, message after the column)
+    "fewer placeholders": (lambda d: ["mllm_demo_data/1.jpg", "mllm_demo_data/2.jpg"], "<image>Who?",
+                           "placeholder count: 1 <image> in the messages but 2 images; write one <image> where "
+                           "each goes"),
+    "no image for a placeholder": (lambda d: None, "<image>Who?",
+                                   "placeholder count: 1 <image> in the messages but 0 images; write one <image> "
+                                   "where each goes"),
+    "missing file": (lambda d: ["mllm_demo_data/9.jpg"], "<image>Who?",
+                     "media file missing: image '{data}/mllm_demo_data/9.jpg' does not exist (a relative path starts "
+                     "at media_dir, which defaults to dataset_dir)"),
+    "truncated jpeg": (lambda d: [_cut_jpeg(d)], "<image>Who?",
+                       "bad image: '{data}/cut.jpg' does not decode (image file is truncated"),
+    "text named .jpg": (lambda d: [_text_as_jpeg(d)], "<image>Who?",
+                        "bad image: '{data}/notes.jpg' is not an image PIL can read"),
+    "url": (lambda d: ["https://example.com/a.jpg"], "<image>Who?",
+            "remote media: 'https://example.com/a.jpg' is a URL; download it and give the local path (relative to "
+            "media_dir, or absolute)"),
+    "not a path": (lambda d: [{"bytes": None, "path": "a.jpg"}], "<image>Who?",
+                   "wrong type: each of images must be a file path, got image data stored in the dataset (e.g. a "
+                   "hub Image column)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_IMAGES))
+def test_each_bad_image_is_a_named_bad_row(media_data_dir, make_config, case):
+    make_images, text, message = BAD_IMAGES[case]
+    rows = [{"instruction": "<image>Fine?", "output": "Yes.", "images": "mllm_demo_data/3.jpg"},
+            {"instruction": text, "output": "A player.", "images": make_images(media_data_dir)}]
+    write_dataset(media_data_dir, "bad", rows, ALPACA_IMAGES)
+    loaded = converted(make_config, "bad")
+    assert len(loaded.per_dataset[0]) == 1
+    (got,) = bad_messages(loaded)
+    assert got.startswith(f"{media_data_dir / 'bad.json'}: row 2, column 'images': {message.format(data=media_data_dir)}"), got
+
+
+def test_a_bad_image_stops_the_build_before_tokenizing_or_is_skipped(media_data_dir, make_config):
+    rows = [{"instruction": "<image>Fine?", "output": "Yes.", "images": "mllm_demo_data/3.jpg"},
+            {"instruction": "<image>Who?", "output": "A player.", "images": [_cut_jpeg(media_data_dir)]}]
+    write_dataset(media_data_dir, "bad", rows, ALPACA_IMAGES)
+    with pytest.raises(DataError, match=r"bad\.json: row 2, column 'images': bad image: .*cut\.jpg' does not decode"):
+        build_dataset(make_config(dataset="bad"))
+    ref = build_dataset(make_config(dataset="bad", on_bad_rows="skip"))
+    assert (ref["train_rows"], ref["bad_rows"]) == (1, {"bad image": 1})
+
+
+def test_bad_videos_are_named_bad_rows(media_data_dir, make_config):
+    (media_data_dir / "empty.mp4").write_bytes(b"")
+    rows = [{"messages": chat("<video>What happens?"), "videos": ["mllm_demo_data/1.mp4"]},
+            {"messages": chat("<video>What happens?"), "videos": ["mllm_demo_data/9.mp4"]},
+            {"messages": chat("What happens?"), "videos": ["mllm_demo_data/3.mp4"]},
+            {"messages": chat("<video>What happens?"), "videos": ["empty.mp4"]},
+            {"messages": chat("<video>What happens?"), "videos": [["f1.jpg", "f2.jpg"]]}]
+    write_dataset(media_data_dir, "clips", rows, SHAREGPT_MEDIA)
+    loaded = converted(make_config, "clips")
+    where = f"{media_data_dir / 'clips.json'}: row"
+    assert bad_messages(loaded) == [
+        f"{where} 2, column 'videos': media file missing: video '{media_data_dir}/mllm_demo_data/9.mp4' does not exist "
+        "(a relative path starts at media_dir, which defaults to dataset_dir)",
+        f"{where} 3, column 'videos': placeholder count: 0 <video> in the messages but 1 video; write one <video> "
+        "where each goes",
+        f"{where} 4, column 'videos': bad video: '{media_data_dir}/empty.mp4' is empty",
+        f"{where} 5, column 'videos': wrong type: a video given as a list of frame images is not supported; give the "
+        "video file's path"]
+    assert [ex["_videos"] for ex in loaded.per_dataset[0]] == [[str(media_data_dir / "mllm_demo_data" / "1.mp4")]]
+
+
+def test_placeholders_in_the_answers_count_and_each_pair_is_checked(media_data_dir, make_config):
+    rows = [{"messages": chat("<image>Who?", "Kane <image>"), "images": ["mllm_demo_data/1.jpg"] * 2},
+            {"messages": chat("<image>Who?", "Kane <image>"), "images": ["mllm_demo_data/1.jpg"]}]
+    write_dataset(media_data_dir, "answers", rows, SHAREGPT_MEDIA)
+    loaded = converted(make_config, "answers")
+    assert bad_messages(loaded) == [
+        f"{media_data_dir / 'answers.json'}: row 2, column 'images': placeholder count: 2 <image> in the messages but 1 "
+        "image; write one <image> where each goes"]
+    pairs = [{"instruction": "<image>Who?", "chosen": "Kane", "rejected": "Muller", "images": "mllm_demo_data/1.jpg"},
+             {"instruction": "<image>Who?", "chosen": "Kane", "rejected": "<image> Muller",
+              "images": "mllm_demo_data/1.jpg"}]
+    write_dataset(media_data_dir, "pairs", pairs, PAIRS_IMAGES)
+    loaded = converted(make_config, "pairs", stage="dpo")
+    assert bad_messages(loaded) == [
+        f"{media_data_dir / 'pairs.json'}: row 2, column 'images': placeholder count: 2 <image> in the messages but 1 "
+        "image; write one <image> where each goes"]
+
+
+def test_a_text_dataset_is_not_checked_for_placeholders(media_data_dir, make_config):
+    """As in LLaMA-Factory, where a text model's plugin counts nothing: `<image>` in text is only text."""
+    write_dataset(media_data_dir, "html", [{"instruction": "Escape <image> in HTML.", "output": "&lt;image&gt;"}])
+    (ex,) = good(converted(make_config, "html"))
+    assert (ex["_images"], ex["_videos"]) == ([], [])
+
+
+# --- entries refused
+
+
+def test_audio_and_hub_media_are_refused_with_what_to_do(media_data_dir, make_config):
+    info = json.loads((media_data_dir / "dataset_info.json").read_text())
+    info["voice"] = {"file_name": "mllm_demo.json", "formatting": "sharegpt",
+                     "columns": {"messages": "messages", "audios": "audios"}}
+    info["hub_pics"] = {"hf_hub_url": "llamafactory/RLHF-V", "ranking": True, "formatting": "sharegpt",
+                        "columns": {"messages": "conversations", "chosen": "chosen", "rejected": "rejected",
+                                    "images": "images"}}
+    (media_data_dir / "dataset_info.json").write_text(json.dumps(info))
+    with pytest.raises(DataError, match="dataset 'voice': columns key 'audios': audio is not supported; remove the "
+                                        "column and its <audio> placeholders"):
+        converted(make_config, "voice")
+    with pytest.raises(DataError, match=r"dataset 'hub_pics': images and videos of a hub dataset \('hf_hub_url'\) "
+                                        "are not supported; download the dataset"):
+        converted(make_config, "hub_pics", stage="dpo")
+
+
+def test_media_dir_is_a_data_key(media_data_dir, make_config, tmp_path):
+    assert make_config(dataset="mllm_demo", media_dir=str(tmp_path)).data.media_dir == str(tmp_path)
+    with pytest.raises(ConfigError, match="'media_dir'"):
+        make_config(dataset="mllm_demo", media_dir=["a", "b"])
