@@ -37,6 +37,13 @@ class ModelArgs:
     split_special_tokens: bool = arg(False, "Tokenize special tokens as plain text.")
     add_special_tokens: str | None = arg(None, "Comma-separated special tokens to add.")
     low_cpu_mem_usage: bool = arg(True, "Load weights without a second full copy in memory.")
+    # --- images and videos (vision-language models; part of the dataset's key: they set the token counts)
+    image_max_pixels: int = arg(768 * 768, "Images above this many pixels are scaled down first.")
+    image_min_pixels: int = arg(32 * 32, "Images below this many pixels are scaled up first.")
+    video_max_pixels: int = arg(256 * 256, "Video frames above this many pixels are scaled down first.")
+    video_min_pixels: int = arg(16 * 16, "Video frames below this many pixels are scaled up first.")
+    video_fps: float = arg(2.0, "Frames sampled per second of video.")
+    video_maxlen: int = arg(128, "Most frames sampled from one video.")
     # --- how to compute
     attn_implementation: str = arg(
         "sdpa", "Attention kernel. sft training batches go padding-free wherever it can keep their examples apart "

@@ -30,8 +30,10 @@ RANGES: dict[str, tuple[float | None, float | None, str]] = {
     **{key: (0, None, "at least 0") for key in (
         "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "eval_max_samples", "pref_ftx",
         "dataloader_num_workers", "kto_chosen_weight", "kto_rejected_weight")},
+    **{key: (1, None, "at least 1") for key in (
+        "image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_maxlen")},
     **{key: (1e-12, None, "above 0") for key in (
-        "num_train_epochs", "pref_beta", "logging_steps", "save_steps", "eval_steps", "temperature",
+        "video_fps", "num_train_epochs", "pref_beta", "logging_steps", "save_steps", "eval_steps", "temperature",
         "repetition_penalty")},
     "warmup_ratio": (0, 1, "between 0 and 1"),
     "lora_dropout": (0, 0.999999, "at least 0 and below 1"),
@@ -48,6 +50,11 @@ def check_ranges(config: RunConfig) -> list[str]:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 (low is not None and value < low) or (high is not None and value > high)):
             problems.append(f"'{key}' is {value}; it must be {allowed}")
+    for kind in ("image", "video"):
+        low, high = flat.get(f"{kind}_min_pixels"), flat.get(f"{kind}_max_pixels")
+        if isinstance(low, int) and isinstance(high, int) and high < low:
+            problems.append(f"'{kind}_max_pixels' ({high}) is below '{kind}_min_pixels' ({low}); raise the first "
+                            "or lower the second")
     steps = flat.get("max_steps")
     if isinstance(steps, int) and steps != -1 and steps < 1:
         problems.append(f"'max_steps' is {steps}; use -1 (train for num_train_epochs) or a step count of at least 1")

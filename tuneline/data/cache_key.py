@@ -22,6 +22,8 @@ from tuneline.hub_revision import HubNaming, resolve_revision
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
 PROCESSING_CODE = Path(__file__).resolve().parent  # tuneline/data: every module that shapes the rows
+MEDIA_SETTINGS = ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_fps",
+                  "video_maxlen")
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
     "interleave_probs", "default_system", "tool_format", "tool_date", "preprocessing_batch_size", "on_bad_rows",
@@ -101,6 +103,8 @@ def fingerprint_inputs(config: RunConfig) -> dict[str, Any]:
     hasher.save()
     options = {key: getattr(data, key) for key in OPTION_KEYS}
     options.update(packing=config.effective_packing, seed=seed_of(config), placeholders=PLACEHOLDERS)
+    if any("media" in entry for entry in datasets.values()):  # they set how many tokens each image becomes
+        options.update({key: getattr(config.model, key) for key in MEDIA_SETTINGS})
     return {"code": code, "stage": config.stage, "tokenizer": tokenizer, "options": options,
             "datasets": datasets, "dataset_order": [list(config.dataset_names), list(config.eval_dataset_names)]}
 

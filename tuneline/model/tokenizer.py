@@ -9,10 +9,11 @@ from tuneline.config.run_config import split_names
 from tuneline.fingerprint import FileHasher, fingerprint
 from tuneline.hub_revision import model_commit
 
-# Files that decide how text becomes ids; weights are deliberately not among them.
+# Files that decide how text and images become ids; weights are deliberately not among them.
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
     "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+    "preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json",
 )
 
 
