@@ -2,7 +2,7 @@
 
     tuneline train examples/sft_lora_demo.yaml learning_rate=5e-5 max_steps=20 [--no-cache]
     tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
-    tuneline tiny-model OUT_DIR [--preset demo]   tuneline export CONFIG [key=value ...]
+    tuneline tiny-model OUT_DIR [--preset demo|gemma3|llava|qwen2_vl|...]   tuneline export CONFIG [...]
     tuneline chat CONFIG [key=value ...] [--prompt TEXT] [--tools TOOLS_JSON]
     tuneline retrain CONFIG REGISTERED_MODEL [key=value ...] [--force] [--metric eval_loss] [--min-delta 0]
     tuneline sweep CONFIG [key=value ...] --grid learning_rate=1e-4,5e-5 pref_beta=0.1,0.3 [--max-parallel 2]
@@ -71,11 +71,22 @@ def _parser() -> argparse.ArgumentParser:
     node.add_argument("overrides", nargs="*", help="key=value, the same as the main machine's")
     node.add_argument("--machine-rank", type=int, help="this machine's rank, 1 to num_machines - 1 (sets machine_rank)")
     node.add_argument("--wait", type=float, default=3600.0, help="seconds to wait for the main machine's dataset")
-    tiny = sub.add_parser("tiny-model", help="build the offline tiny Llama and tokenizer")
-    tiny.add_argument("out_dir")
-    tiny.add_argument("--preset", default="demo", help="size preset (see tuneline.tiny_model.TINY_PRESETS)")
-    tiny.add_argument("--seed", type=int, default=0)
+    _add_tiny_model_parser(sub)
     return parser
+
+
+def _add_tiny_model_parser(sub) -> None:
+    from tuneline.tiny_model import TINY_PRESETS
+    from tuneline.tiny_vlm import VLM_PRESETS
+
+    tiny = sub.add_parser("tiny-model", help="build an offline tiny model: a Llama, or a vision-language model",
+                          description="Random weights, a tokenizer trained on the demo data and, for a "
+                                      "vision-language preset, the family's processor files.")
+    tiny.add_argument("out_dir")
+    tiny.add_argument("--preset", default="demo", metavar="NAME",
+                      help=f"text: {', '.join(TINY_PRESETS)}; vision-language: {', '.join(VLM_PRESETS)} "
+                           "(default: demo)")
+    tiny.add_argument("--seed", type=int, default=0)
 
 
 def _add_sweep_parser(sub) -> None:
@@ -207,10 +218,14 @@ def _train_node(args) -> int:
 
 def _tiny_model(args) -> int:
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.tiny_vlm import VLM_PRESETS, build_tiny_vlm
 
-    if args.preset not in TINY_PRESETS:
-        raise UserError(f"unknown preset '{args.preset}'; choose one of {', '.join(TINY_PRESETS)}")
-    print(build_tiny_model(args.out_dir, seed=args.seed, **TINY_PRESETS[args.preset]))
+    if args.preset in VLM_PRESETS:
+        print(build_tiny_vlm(args.out_dir, args.preset, seed=args.seed))
+    elif args.preset in TINY_PRESETS:
+        print(build_tiny_model(args.out_dir, seed=args.seed, **TINY_PRESETS[args.preset]))
+    else:
+        raise UserError(f"unknown preset '{args.preset}'; choose one of {', '.join([*TINY_PRESETS, *VLM_PRESETS])}")
     return 0
 
 

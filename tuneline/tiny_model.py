@@ -64,8 +64,13 @@ CHAT_TEMPLATE = (
 _TEMPLATE_TEXT = ["system\n", "user\n", "assistant\n", "tool\n", "<tool_call>", "</tool_call>", "Tools: "]
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, max_length: int):
-    """Byte-level BPE over `texts` (digits split one by one so numbers stay compositional), wrapped for HF."""
+def train_tokenizer(texts: list[str], vocab_size: int, max_length: int, extra_tokens: tuple[str, ...] = (),
+                    named_tokens: dict[str, str] | None = None, eos_token: str = IM_END,
+                    chat_template: str = CHAT_TEMPLATE):
+    """Byte-level BPE over `texts` (digits split one by one so numbers stay compositional), wrapped for HF.
+
+    `extra_tokens` are special tokens after the four of every tiny model (a vision family's image markers);
+    `named_tokens` makes some of them tokenizer attributes (`tokenizer.image_token`), which processors read."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -76,15 +81,16 @@ def train_tokenizer(texts: list[str], vocab_size: int, max_length: int):
     backend.decoder = decoders.ByteLevel()
     backend.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), min_frequency=2, show_progress=False,
+        vocab_size=vocab_size, special_tokens=[*SPECIAL_TOKENS, *extra_tokens], min_frequency=2, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     backend.train_from_iterator(texts + _TEMPLATE_TEXT * 8, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token=BOS_TOKEN, eos_token=IM_END, pad_token=PAD_TOKEN,
-        additional_special_tokens=[IM_START], model_max_length=max_length, padding_side="right",
+        tokenizer_object=backend, bos_token=BOS_TOKEN, eos_token=eos_token, pad_token=PAD_TOKEN,
+        additional_special_tokens=[IM_START, *extra_tokens], model_max_length=max_length, padding_side="right",
+        **({"model_specific_special_tokens": named_tokens} if named_tokens else {}),
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat_template
     return tokenizer
 
 
@@ -130,13 +136,13 @@ def build_tiny_model(
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
-def _replace_dir(new: Path, target: Path) -> None:
+def replace_dir(new: Path, target: Path) -> None:
     """Swap `new` in at `target`; an existing `target` is moved aside first and deleted after."""
     new.chmod(0o755)
     for path in new.iterdir():

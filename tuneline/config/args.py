@@ -128,6 +128,14 @@ class FinetuningArgs:
     freeze_trainable_layers: int = arg(2, "Trainable layers: last n if positive, first n if negative.")
     freeze_trainable_modules: str = arg("all", "Comma-separated module names trained in those layers.")
     freeze_extra_modules: str | None = arg(None, "Modules outside the layers that also train.")
+    # --- vision-language models (lora, freeze and full alike; refused on a text-only model)
+    freeze_vision_tower: bool = arg(True, "Keep the vision tower frozen: no LoRA on it, no freeze or full training "
+                                          "of it.")
+    freeze_multi_modal_projector: bool = arg(True, "Keep the projector (image features into the language model) "
+                                                   "frozen; false trains it whole, under LoRA too (saved beside "
+                                                   "the adapter).")
+    freeze_language_model: bool = arg(False, "Keep the language model and its output layer frozen, so only the "
+                                             "unfrozen image side trains.")
     # --- BAdam
     use_badam: bool = arg(False, "Block-coordinate-descent full tuning via the badam package.")
     badam_mode: str = arg("layer", "Which BAdam optimizer.", ("layer", "ratio"))

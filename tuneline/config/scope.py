@@ -4,7 +4,9 @@ accepted and ignored."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 from tuneline.config.args import GROUPS
 from tuneline.config.run_config import RunConfig
@@ -33,7 +35,20 @@ _reference_losses = (lambda c: c.stage in ("kto", "ppo") or (c.stage == "dpo" an
                      "where training compares with a reference model ('stage: dpo' with a reference loss, 'kto', "
                      "'ppo')")
 
+def _may_see_images(config: RunConfig) -> bool:
+    """A local model whose config.json has a vision_config; a hub model is checked when it loads (the loader)."""
+    config_file = Path(str(config.model.model_name_or_path)).expanduser() / "config.json"
+    try:
+        return "vision_config" in json.loads(config_file.read_text())
+    except FileNotFoundError:
+        return not config_file.parent.is_dir()
+    except (OSError, ValueError):
+        return True  # unreadable: the loader reports it
+
+
 SCOPE: dict[str, Rule] = {
+    **dict.fromkeys(("freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model"),
+                    (_may_see_images, "with a vision-language model (a config.json with a 'vision_config')")),
     **dict.fromkeys(("lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
                      "use_dora"), _type("lora")),
     "create_new_adapter": _key("adapter_name_or_path"),

@@ -1,4 +1,4 @@
-"""Model side: tokenizer and model loading, adapters, finetuning types, PiSSA, LoRA+ and BAdam optimizers.
+"""Model side: tokenizer, processor and model loading, adapters, finetuning types, PiSSA, LoRA+ and BAdam optimizers.
 
 Names are imported on first use, so `from tuneline.model import model_fingerprint` stays free of torch.
 """
@@ -23,6 +23,9 @@ _LAZY = {
     "create_badam_optimizer": "tuneline.model.optimizers",
     "prepare_trainer_for_badam": "tuneline.model.optimizers",
     "badam_problems": "tuneline.config.validate",
+    "load_processor": "tuneline.model.processor",
+    "save_processor": "tuneline.model.processor",
+    "SaveProcessorCallback": "tuneline.model.processor",
 }
 
 __all__ = ["load_tokenizer", "model_fingerprint", "tokenizer_fingerprint", *_LAZY]

@@ -16,6 +16,7 @@ from tuneline.config import RunConfig
 from tuneline.config.run_config import split_names
 from tuneline.config.validate import check_model_path
 from tuneline.errors import ConfigError, UserError, did_you_mean
+from tuneline.model.vision import composite_parts, frozen_parts, in_part
 
 logger = logging.getLogger("tuneline")
 
@@ -93,17 +94,21 @@ def attach_adapters(model, config: RunConfig, adapters: list[str], is_trainable:
 
 def linear_module_names(model) -> set[str]:
     """Leaf names of every linear layer except the output layers: what `lora_target: all` adapts."""
-    import torch
-
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     names = set()
     for name, module in model.named_modules():
         leaf = name.rsplit(".", 1)[-1]
         if module is output or leaf in OUTPUT_LAYER_NAMES:
             continue
-        if isinstance(module, torch.nn.Linear) or type(module).__name__ in LINEAR_CLASS_NAMES:
+        if _is_linear(module):
             names.add(leaf)
     return names
+
+
+def _is_linear(module) -> bool:
+    import torch
+
+    return isinstance(module, torch.nn.Linear) or type(module).__name__ in LINEAR_CLASS_NAMES
 
 
 def _check_module_names(model, key: str, names: list[str]) -> None:
@@ -120,8 +125,32 @@ def _embedding_module_names(model) -> list[str]:
                    if name and any(module is e for e in embeddings if e is not None)})
 
 
+def vision_lora_targets(model, config: RunConfig, leaves: set[str], linear_only: bool) -> list[str]:
+    """Full names of the modules named `leaves` outside the frozen parts and the projector (LLaMA-Factory's
+    `patch_target_modules`); full names, so a vision tower's q_proj is told apart from the language model's.
+    `linear_only` for 'all': Qwen's merger has Linear layers named '0' and '2', which decoder layers are named too."""
+    parts = composite_parts(model.config)
+    excluded = frozen_parts(model.config, config) + parts.projector + parts.lora_conflicts
+    targets = sorted(name for name, module in model.named_modules()
+                     if name and name.rsplit(".", 1)[-1] in leaves and not in_part(name, excluded)
+                     and (_is_linear(module) or not linear_only))
+    if not targets:
+        raise ConfigError(f"'lora_target: {config.finetuning.lora_target}' adapts no module of this "
+                          f"{model.config.model_type} model outside the parts kept frozen ("
+                          f"{', '.join(frozen_parts(model.config, config)) or 'none'}); unfreeze one with "
+                          "'freeze_vision_tower: false' or 'freeze_language_model: false', or name other modules")
+    return targets
+
+
+def _vision_modules_to_save(model, config: RunConfig) -> list[str]:
+    """An unfrozen projector trains whole and is saved beside the adapter (some, like Gemma 3's, hold no Linear
+    layer LoRA could adapt; LLaMA-Factory's 'all' never adapts a projector, which leaves the key doing nothing)."""
+    parts = composite_parts(model.config)
+    return list(parts.projector) if parts and not config.finetuning.freeze_multi_modal_projector else []
+
+
 def lora_config(model, config: RunConfig, add_valuehead: bool):
-    """peft LoraConfig from the lora_* keys."""
+    """peft LoraConfig from the lora_* keys (and, on a vision-language model, the freeze_* keys)."""
     from peft import LoraConfig, TaskType
 
     ft = config.finetuning
@@ -131,10 +160,13 @@ def lora_config(model, config: RunConfig, add_valuehead: bool):
     else:
         _check_module_names(model, "lora_target", names)
         targets = names
+    if composite_parts(model.config):
+        targets = vision_lora_targets(model, config, set(targets), linear_only=names == ["all"])
     extra = split_names(ft.additional_target)
     _check_module_names(model, "additional_target", extra)
     if not extra and (config.model.resize_vocab or config.model.add_special_tokens):
         extra = _embedding_module_names(model)  # the new token rows must train and be saved with the adapter
+    extra += _vision_modules_to_save(model, config)
     init: bool | str = True
     if ft.pissa_init:
         init = "pissa" if ft.pissa_iter == -1 else f"pissa_niter_{ft.pissa_iter}"
@@ -153,7 +185,7 @@ def add_lora(model, config: RunConfig, add_valuehead: bool):
 
     peft_config = lora_config(model, config, add_valuehead)
     logger.info("new LoRA adapter: rank %d, alpha %s, targets %s%s", peft_config.r, peft_config.lora_alpha,
-                ",".join(peft_config.target_modules), f", init {peft_config.init_lora_weights}"
+                ",".join(sorted(peft_config.target_modules)), f", init {peft_config.init_lora_weights}"
                 if peft_config.init_lora_weights is not True else "")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(config.training.get("seed", 42)))

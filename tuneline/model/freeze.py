@@ -1,7 +1,9 @@
 """Which parameters train for `finetuning_type: freeze` and `full`.
 
-Layers are found as the model's ModuleList with `num_hidden_layers` entries, so a vision tower's numbered blocks
-never match by accident."""
+Layers are found as the language model's ModuleList with `num_hidden_layers` entries, outside any vision part, so
+a vision tower's numbered blocks never match by accident. On a vision-language model the freeze_* keys then take
+their parts out of the trainable set, and an unfrozen projector trains beside the chosen layers, as in
+LLaMA-Factory."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import logging
 from tuneline.config import RunConfig
 from tuneline.config.run_config import split_names
 from tuneline.errors import ConfigError, did_you_mean
+from tuneline.model.vision import composite_parts, frozen_parameter_names, in_part
 
 logger = logging.getLogger("tuneline")
 
@@ -24,8 +27,10 @@ def decoder_layers_prefix(model) -> tuple[str, int]:
     config = model.config
     count = getattr(config, "num_hidden_layers", None) or getattr(getattr(config, "text_config", None),
                                                                    "num_hidden_layers", None)
+    parts = composite_parts(config)
+    image_side = (parts.vision_tower + parts.projector) if parts else ()
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count and not in_part(name, image_side):
             return name, count
     raise ConfigError(f"'finetuning_type: freeze' cannot find the {count} decoder layers of this "
                       f"{config.model_type} model; use 'finetuning_type: lora' or 'full'")
@@ -61,16 +66,20 @@ def freeze_parameter_names(model, config: RunConfig) -> set[str]:
                  for m in extra if m not in outside_modules]
     if problems:
         raise ConfigError(problems)
+    parts = composite_parts(model.config)
+    unfrozen_projector = parts.projector if parts and not ft.freeze_multi_modal_projector else ()
     trainable = set()
     for name in names:
-        if name in inside:
+        if in_part(name, unfrozen_projector):
+            trainable.add(name)
+        elif name in inside:
             layer, _, relative = name[len(prefix) + 1:].partition(".")
             if int(layer) in ids and _in_layer_modules(relative, modules):
                 trainable.add(name)
         elif any(part in extra or part in HEAD_NAMES for part in name.split(".")[:-1]):
             trainable.add(name)
     logger.info("freeze tuning: trainable layers %s of %d (%s)", ids, count, ",".join(modules))
-    return trainable
+    return trainable - frozen_parameter_names(model, config)
 
 
 def setup_freeze(model, config: RunConfig) -> None:
@@ -80,4 +89,7 @@ def setup_freeze(model, config: RunConfig) -> None:
 
 
 def setup_full(model, config: RunConfig) -> None:
-    model.requires_grad_(True)
+    """Everything trains but the parts the freeze_* keys keep frozen (a vision-language model's tower, by default)."""
+    frozen = frozen_parameter_names(model, config)
+    for name, param in model.named_parameters():
+        param.requires_grad_(name not in frozen)

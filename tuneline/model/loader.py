@@ -22,6 +22,8 @@ from tuneline.model.adapters import add_lora, attach_adapters, check_adapter_pat
 from tuneline.model.batching import attention_kwargs
 from tuneline.model.freeze import setup_freeze, setup_full
 from tuneline.model.precision import compute_dtype, quantization_kwargs, trains_on_cpu
+from tuneline.model.processor import load_model_config
+from tuneline.model.vision import check_freeze_keys, is_vision_language
 
 logger = logging.getLogger("tuneline")
 
@@ -51,10 +53,21 @@ def log_parameter_counts(model, is_trainable: bool) -> None:
                 f"{trainable:,}", f"{total:,}", 100 * trainable / max(total, 1))
 
 
-def load_base_model(config: RunConfig, tokenizer, is_trainable: bool, add_valuehead: bool):
-    """The pretrained weights in the compute dtype, as a causal LM or a one-label sequence scorer."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+def model_class(model_config, add_valuehead: bool):
+    """The Auto class LLaMA-Factory loads with: image-text-to-text for a vision-language model, else causal LM; a
+    one-label sequence scorer for a reward model."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForSequenceClassification
 
+    if add_valuehead:
+        return AutoModelForSequenceClassification
+    return AutoModelForImageTextToText if is_vision_language(model_config) else AutoModelForCausalLM
+
+
+def load_base_model(config: RunConfig, tokenizer, is_trainable: bool, add_valuehead: bool):
+    """The pretrained weights in the compute dtype, as a causal LM, a vision-language model or a one-label sequence
+    scorer. The freeze_* keys are checked against the model's config before any weight loads."""
+    model_config = load_model_config(config)
+    check_freeze_keys(model_config, config)
     margs = config.model
     dtype = compute_dtype(config, is_trainable)
     kwargs = dict(dtype=dtype, trust_remote_code=margs.trust_remote_code, revision=margs.model_revision,
@@ -62,9 +75,8 @@ def load_base_model(config: RunConfig, tokenizer, is_trainable: bool, add_valueh
                   **quantization_kwargs(config, dtype))
     if add_valuehead:
         kwargs.update(num_labels=1, pad_token_id=tokenizer.pad_token_id)
-    model_class = AutoModelForSequenceClassification if add_valuehead else AutoModelForCausalLM
     try:
-        model = model_class.from_pretrained(margs.model_name_or_path, **kwargs)
+        model = model_class(model_config, add_valuehead).from_pretrained(margs.model_name_or_path, **kwargs)
     except OSError as exc:
         raise UserError(f"cannot load 'model_name_or_path' '{margs.model_name_or_path}': {exc}") from None
     except pickle.UnpicklingError:  # transformers reads .bin weights with torch.load(weights_only=True)
@@ -154,7 +166,8 @@ def load_model(config: RunConfig, tokenizer, is_trainable: bool = True, add_valu
         _prepare_for_training(model, config)
         if count_parameters(model)[0] == 0:
             raise ConfigError(f"'finetuning_type: {finetuning_type}' leaves no trainable parameter; check "
-                              "'freeze_trainable_layers', 'freeze_trainable_modules' and 'freeze_extra_modules'")
+                              "'freeze_trainable_layers', 'freeze_trainable_modules', 'freeze_extra_modules' and, "
+                              "on a vision-language model, 'freeze_language_model'")
     else:
         model.requires_grad_(False)
         model.eval()

@@ -1,0 +1,68 @@
+"""The processor: None for a text model, the family's for a vision-language one, a clear refusal where a Qwen-VL
+processor lacks torchvision, and saved into every checkpoint by a real Trainer through SaveProcessorCallback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuneline.config import load_config
+from tuneline.errors import UserError
+
+
+def model_keys(folder) -> dict:
+    return load_config(None, {"model_name_or_path": str(folder), "dataset": "x"}, check_paths=False)
+
+
+def test_a_text_model_has_no_processor(tiny_model_dir):
+    from tuneline.model import load_processor
+
+    assert load_processor(model_keys(tiny_model_dir)) is None
+
+
+def test_a_vision_language_model_loads_its_processor_with_the_given_tokenizer(tiny_vlm):
+    from tuneline.model import load_processor, load_tokenizer
+
+    config = model_keys(tiny_vlm("gemma3"))
+    tokenizer = load_tokenizer(config.model)
+    processor = load_processor(config, tokenizer)
+    assert type(processor).__name__ == "Gemma3Processor" and processor.tokenizer is tokenizer
+    assert processor.image_seq_length == 4 and processor.image_processor.size["height"] == 32
+    assert type(load_processor(config.model)).__name__ == "Gemma3Processor"  # its ModelArgs do as well
+
+
+def test_a_qwen_processor_loads_with_torchvision_or_is_refused_naming_it(tiny_vlm):
+    from transformers.utils import is_torchvision_available
+
+    from tuneline.model import load_processor
+
+    config = model_keys(tiny_vlm("qwen2_vl"))
+    if is_torchvision_available():
+        assert type(load_processor(config)).__name__ == "Qwen2VLProcessor"
+    else:
+        with pytest.raises(UserError, match="needs torchvision.*install the torchvision build"):
+            load_processor(config)
+
+
+def test_the_trainer_saves_the_processor_into_each_checkpoint_and_the_output_dir(tiny_vlm, tmp_path):
+    import torch
+    from transformers import AutoProcessor, Trainer, TrainingArguments
+
+    from tuneline.model import SaveProcessorCallback, load_model, load_processor, load_tokenizer
+
+    config = load_config(None, {"model_name_or_path": str(tiny_vlm("llava")), "dataset": "x",
+                                "output_dir": str(tmp_path / "out")}, check_paths=False)
+    tokenizer = load_tokenizer(config.model)
+    processor = load_processor(config, tokenizer)
+    image = torch.randint(0, 255, (3, 32, 32), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    row = processor(text=["USER: <image>\nWhat? ASSISTANT: red"], images=[image], return_tensors="pt")
+    rows = [{**{k: v[0] for k, v in row.items()}, "labels": row["input_ids"][0]}] * 4
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=2, save_steps=1, per_device_train_batch_size=2,
+                             use_cpu=True, report_to="none", disable_tqdm=True, save_only_model=True)
+    trainer = Trainer(model=load_model(config, tokenizer), args=args, train_dataset=rows, processing_class=tokenizer,
+                      callbacks=[SaveProcessorCallback(processor)])
+    trainer.train()
+    trainer.save_model()
+    for folder in (tmp_path / "out" / "checkpoint-1", tmp_path / "out" / "checkpoint-2", tmp_path / "out"):
+        assert (folder / "processor_config.json").is_file() and (folder / "adapter_model.safetensors").is_file()
+        reloaded = AutoProcessor.from_pretrained(folder)
+        assert type(reloaded).__name__ == "LlavaProcessor" and reloaded.patch_size == 8

@@ -1,0 +1,125 @@
+"""The offline tiny vision-language presets: each builds small, loads offline with Auto classes, and its processor's
+prompt expansion and pixel values go through a real forward and loss on a real image."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuneline.tiny_vlm import VLM_PRESETS, build_tiny_vlm, qwen_image_processor
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = REPO / "tests" / "fixtures" / "mllm_demo_1.jpg"  # LLaMA-Factory's data/mllm_demo_data/1.jpg (Apache-2.0)
+CHAT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in the picture?"}]},
+        {"role": "assistant", "content": "A cat."}]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folders = {}
+
+    def folder(preset: str) -> Path:
+        if preset not in folders:
+            folders[preset] = build_tiny_vlm(tmp_path_factory.mktemp(preset) / "model", preset)
+        return folders[preset]
+
+    return folder
+
+
+@pytest.fixture(scope="module")
+def image():
+    from PIL import Image
+
+    return Image.open(IMAGE).convert("RGB")
+
+
+def forward_loss(model, inputs) -> float:
+    import torch
+
+    model.train()
+    out = model(**inputs, labels=inputs["input_ids"])
+    out.loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert torch.isfinite(out.loss) and grads and all(torch.isfinite(g).all() for g in grads)
+    return float(out.loss.detach())
+
+
+@pytest.mark.parametrize("preset", sorted(VLM_PRESETS))
+def test_each_preset_is_a_few_hundred_kb_with_ids_that_match_its_tokenizer(built, preset):
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoTokenizer
+
+    folder = built(preset)
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 2_000_000
+    assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json",
+            "chat_template.jinja"} <= {p.name for p in folder.iterdir()}
+    tokenizer, config = AutoTokenizer.from_pretrained(folder), AutoConfig.from_pretrained(folder)
+    model = AutoModelForImageTextToText.from_pretrained(folder)
+    assert config.model_type == preset and sum(p.numel() for p in model.parameters()) < 300_000
+    family = VLM_PRESETS[preset]
+    assert all(tokenizer.convert_tokens_to_ids(t) != tokenizer.unk_token_id for t in family.tokens)
+    assert len(tokenizer) <= config.get_text_config().vocab_size
+    assert tokenizer.convert_ids_to_tokens(getattr(config, "image_token_id", None)
+                                           or config.image_token_index) == family.named["image_token"]
+    assert tokenizer.eos_token == family.eos_token == tokenizer.convert_ids_to_tokens(config.get_text_config()
+                                                                                        .eos_token_id)
+
+
+@pytest.mark.parametrize("preset", ["gemma3", "llava"])
+def test_processor_expands_the_image_and_the_model_computes_a_loss(built, image, preset):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(built(preset))
+    model = AutoModelForImageTextToText.from_pretrained(built(preset))
+    text = processor.apply_chat_template(CHAT, tokenize=False)
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    image_tokens = int((inputs["input_ids"] == model.config.image_token_id).sum())
+    assert image_tokens == {"gemma3": 4, "llava": 16}[preset]  # 4 x 4 patches; Gemma 3 pools them to 2 x 2
+    assert tuple(inputs["pixel_values"].shape) == (1, 3, 32, 32)
+    assert 0 < forward_loss(model, inputs) < 20
+
+
+@pytest.mark.parametrize("preset", ["qwen2_vl", "qwen3_vl"])
+def test_qwen_model_runs_on_its_image_processors_patches(built, image, preset):
+    """The processor itself needs torchvision (its video processor); its image half and the template run here."""
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    folder = built(preset)
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForImageTextToText.from_pretrained(folder)
+    saved = json.loads((folder / "processor_config.json").read_text())
+    assert saved["processor_class"] == {"qwen2_vl": "Qwen2VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}[preset]
+    assert saved["image_processor"]["patch_size"] == saved["video_processor"]["patch_size"] == 8
+    pixels = qwen_image_processor()(images=[image], return_tensors="pt")
+    tokens = int(pixels["image_grid_thw"].prod()) // 4  # merge 2 x 2
+    text = tokenizer.apply_chat_template(CHAT, tokenize=False)
+    assert "<|vision_start|><|image_pad|><|vision_end|>What is in the picture?<|im_end|>" in text
+    inputs = {**tokenizer(text.replace("<|image_pad|>", "<|image_pad|>" * tokens), return_tensors="pt"), **pixels}
+    inputs["mm_token_type_ids"] = (inputs["input_ids"] == tokenizer.image_token_id).long()
+    assert 0 < forward_loss(model, inputs) < 20
+
+
+def test_assistant_mask_covers_only_the_answer(built):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(built("gemma3"))
+    out = tokenizer.apply_chat_template(CHAT, return_dict=True, return_assistant_tokens_mask=True)
+    kept = [i for i, keep in zip(out["input_ids"], out["assistant_masks"], strict=True) if keep]
+    assert tokenizer.decode(kept) == "A cat.<end_of_turn>"
+
+
+def test_cli_lists_the_presets_and_builds_one(tmp_path):
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    helped = subprocess.run([sys.executable, "-m", "flows.cli", "tiny-model", "--help"], capture_output=True,
+                            text=True, check=True, cwd=REPO, env=env)
+    assert all(name in " ".join(helped.stdout.split()) for name in ("demo", "gemma3", "llava", "qwen2_vl",
+                                                                     "qwen3_vl"))
+    built = subprocess.run([sys.executable, "-m", "flows.cli", "tiny-model", "--preset", "llava",
+                            str(tmp_path / "llava")], capture_output=True, text=True, cwd=REPO, env=env)
+    assert built.returncode == 0, built.stderr
+    assert json.loads((tmp_path / "llava" / "config.json").read_text())["model_type"] == "llava"
+    wrong = subprocess.run([sys.executable, "-m", "flows.cli", "tiny-model", "--preset", "llava2",
+                            str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO, env=env)
+    assert wrong.returncode != 0 and "unknown preset 'llava2'" in wrong.stderr and "qwen3_vl" in wrong.stderr

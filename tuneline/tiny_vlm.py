@@ -1,0 +1,231 @@
+"""Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, qwen2_vl, qwen3_vl).
+
+Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
+stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
+`AutoProcessor.from_pretrained(OUT_DIR)` loads offline. Qwen's processors also hold a video processor, which needs
+torchvision: their files are written as the processor saves them, and load where torchvision is installed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuneline.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
+
+VOCAB_SIZE, MAX_LENGTH = 512, 1024
+IMAGE_SIZE, PATCH_SIZE = 32, 8  # 4 x 4 patches per image
+# initializer_range 1/sqrt(width), as the text tiny model: a 0.02 init keeps the logits too flat to learn from.
+TEXT_SIZES = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": MAX_LENGTH, "initializer_range": 64**-0.5}
+VISION_SIZES = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
+# Qwen resizes each image to a pixel count in [min, max], in multiples of patch x merge (16): 2 x 2 to 4 x 4 tokens.
+QWEN_PIXELS = {"shortest_edge": 16 * 16, "longest_edge": IMAGE_SIZE * IMAGE_SIZE * 4}
+# Qwen's text rotary halves (8 per head of 16) split over time, height and width.
+QWEN_ROPE = {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [2, 3, 3]}
+
+_TEMPLATE = (
+    "{%- macro render(content) -%}"
+    "{%- if content is string -%}{{- content -}}"
+    "{%- else -%}{%- for item in content -%}"
+    "{%- if item['type'] == 'image' -%}{{- @IMAGE@ -}}"
+    "{%- elif item['type'] == 'video' -%}{{- @VIDEO@ -}}"
+    "{%- else -%}{{- item['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+    "@BOS@"
+    "{%- for message in messages -%}"
+    "{%- set role = @ASSISTANT@ if message['role'] == 'assistant' else message['role'] -%}"
+    "{{- @OPEN@ -}}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{%- generation -%}{{- render(message['content']) -}}{{- @END_ANSWER@ -}}{%- endgeneration -%}"
+    "{%- else -%}{{- render(message['content']) -}}{{- @END_TURN@ -}}{%- endif -%}"
+    "{{- '\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{%- set role = @ASSISTANT@ -%}{{- @OPEN@ -}}{%- endif -%}"
+)
+
+
+def chat_template(open_turn: str, end_turn: str, image: str, video: str = "''", end_answer: str | None = None,
+                  assistant: str = "'assistant'", bos: bool = False) -> str:
+    """A family's chat template from jinja expressions; string or list content (`{"type": "image"}` items), and
+    {% generation %} around answers so `return_assistant_tokens_mask` finds them."""
+    parts = {"@OPEN@": open_turn, "@END_TURN@": end_turn, "@END_ANSWER@": end_answer or end_turn, "@IMAGE@": image,
+             "@VIDEO@": video, "@ASSISTANT@": assistant, "@BOS@": "{{- bos_token -}}" if bos else ""}
+    text = _TEMPLATE
+    for name, value in parts.items():
+        text = text.replace(name, value)
+    return text
+
+
+CHATML_OPEN, CHATML_END = "'<|im_start|>' ~ role ~ '\\n'", "'<|im_end|>'"
+QWEN_IMAGE, QWEN_VIDEO = "'<|vision_start|><|image_pad|><|vision_end|>'", "'<|vision_start|><|video_pad|><|vision_end|>'"
+QWEN_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+QWEN_NAMED = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<|vision_start|>",
+              "vision_end_token": "<|vision_end|>"}
+
+
+def _ids(tokenizer) -> dict[str, int]:
+    return {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id}
+
+
+def _text_config(tokenizer, **extra) -> dict:
+    return {**TEXT_SIZES, "vocab_size": VOCAB_SIZE, "tie_word_embeddings": False, **_ids(tokenizer), **extra}
+
+
+def _token_id(tokenizer, token: str) -> int:
+    return tokenizer.convert_tokens_to_ids(token)
+
+
+# --- the families: config from the tokenizer, processor files into a folder
+
+
+def _gemma3_config(tokenizer):
+    from transformers import Gemma3Config
+
+    vision = {**VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE}
+    return Gemma3Config(text_config=_text_config(tokenizer, head_dim=16, sliding_window=64), vision_config=vision,
+                        mm_tokens_per_image=4, image_token_index=tokenizer.image_token_id,
+                        boi_token_index=_token_id(tokenizer, tokenizer.boi_token),
+                        eoi_token_index=_token_id(tokenizer, tokenizer.eoi_token))
+
+
+def _gemma3_processor(tokenizer, folder: Path) -> None:
+    from transformers import Gemma3ImageProcessorPil, Gemma3Processor
+
+    images = Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    Gemma3Processor(images, tokenizer, chat_template=tokenizer.chat_template, image_seq_length=4).save_pretrained(folder)
+
+
+def _llava_config(tokenizer):
+    from transformers import LlavaConfig
+
+    vision = {"model_type": "clip_vision_model", **VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
+              "projection_dim": VISION_SIZES["hidden_size"]}
+    return LlavaConfig(text_config={"model_type": "llama", **_text_config(tokenizer)}, vision_config=vision,
+                       image_token_id=tokenizer.image_token_id, vision_feature_layer=-1,
+                       vision_feature_select_strategy="default")
+
+
+def _llava_processor(tokenizer, folder: Path) -> None:
+    from transformers import CLIPImageProcessorPil, LlavaProcessor
+
+    images = CLIPImageProcessorPil(size={"shortest_edge": IMAGE_SIZE},
+                                   crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    # 16 patch tokens: CLIP's class token is counted (+1) then dropped by the "default" feature selection
+    LlavaProcessor(images, tokenizer, patch_size=PATCH_SIZE, vision_feature_select_strategy="default",
+                   num_additional_image_tokens=1, chat_template=tokenizer.chat_template).save_pretrained(folder)
+
+
+def _qwen_ids(tokenizer) -> dict[str, int]:
+    return {"image_token_id": tokenizer.image_token_id, "video_token_id": tokenizer.video_token_id,
+            "vision_start_token_id": _token_id(tokenizer, "<|vision_start|>"),
+            "vision_end_token_id": _token_id(tokenizer, "<|vision_end|>")}
+
+
+QWEN_PATCHES = {"patch_size": PATCH_SIZE, "temporal_patch_size": 2, "spatial_merge_size": 2}
+
+
+def _qwen2_vl_config(tokenizer):
+    from transformers import Qwen2VLConfig
+
+    vision = {"depth": 1, "embed_dim": 32, "hidden_size": TEXT_SIZES["hidden_size"], "num_heads": 2, "mlp_ratio": 2,
+              **QWEN_PATCHES}
+    return Qwen2VLConfig(text_config=_text_config(tokenizer, rope_parameters=QWEN_ROPE), vision_config=vision,
+                         **_qwen_ids(tokenizer))
+
+
+def _qwen3_vl_config(tokenizer):
+    from transformers import Qwen3VLConfig
+
+    vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+              "out_hidden_size": TEXT_SIZES["hidden_size"], "num_position_embeddings": 16,
+              "deepstack_visual_indexes": [0], **QWEN_PATCHES}
+    rope = {**QWEN_ROPE, "mrope_interleaved": True}
+    return Qwen3VLConfig(text_config=_text_config(tokenizer, head_dim=16, rope_parameters=rope), vision_config=vision,
+                         **_qwen_ids(tokenizer))
+
+
+def qwen_image_processor():
+    """The Qwen image processor of the tiny presets (the PIL one: it runs without torchvision)."""
+    from transformers import Qwen2VLImageProcessorPil
+
+    return Qwen2VLImageProcessorPil(size=dict(QWEN_PIXELS), patch_size=PATCH_SIZE, temporal_patch_size=2,
+                                    merge_size=2)
+
+
+def _qwen_processor(processor_class: str, video_processor_class: str) -> Callable:
+    def save(tokenizer, folder: Path) -> None:
+        """processor_config.json as Qwen's processor saves it, built without its video processor (torchvision)."""
+        images = qwen_image_processor().to_dict()
+        images["image_processor_type"] = "Qwen2VLImageProcessor"
+        videos = {"video_processor_type": video_processor_class, "size": dict(QWEN_PIXELS), "patch_size": PATCH_SIZE,
+                  "temporal_patch_size": 2, "merge_size": 2, "image_mean": images["image_mean"],
+                  "image_std": images["image_std"]}
+        tokenizer.save_pretrained(folder)
+        config = {"processor_class": processor_class, "image_processor": images, "video_processor": videos}
+        (folder / "processor_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return save
+
+
+@dataclass(frozen=True)
+class VisionFamily:
+    """What a tiny VLM preset is built from: its tokens, template, config and processor files."""
+
+    config: Callable  # tokenizer -> the model's PretrainedConfig
+    save_processor: Callable  # (tokenizer, folder) -> None: the processor's files, tokenizer included
+    chat_template: str
+    tokens: tuple[str, ...] = ()  # special tokens added to the tiny tokenizer's four
+    named: dict[str, str] = field(default_factory=dict)  # of those, the attributes processors read
+    eos_token: str = IM_END
+
+
+VLM_PRESETS: dict[str, VisionFamily] = {
+    "gemma3": VisionFamily(
+        _gemma3_config, _gemma3_processor,
+        chat_template("'<start_of_turn>' ~ role ~ '\\n'", "'<end_of_turn>'", "'<start_of_image>'",
+                      assistant="'model'", bos=True),
+        tokens=("<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<image_soft_token>"),
+        named={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
+        eos_token="<end_of_turn>"),
+    # LLaVA-1.5's "USER: <image>\n... ASSISTANT: ..." turns, each answer closed by the end-of-sequence token
+    "llava": VisionFamily(
+        _llava_config, _llava_processor,
+        chat_template("(role | upper) ~ ': '", "''", "'<image>\\n'", end_answer="eos_token"),
+        tokens=("<image>",), named={"image_token": "<image>"}),
+    "qwen2_vl": VisionFamily(
+        _qwen2_vl_config, _qwen_processor("Qwen2VLProcessor", "Qwen2VLVideoProcessor"),
+        chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
+    "qwen3_vl": VisionFamily(
+        _qwen3_vl_config, _qwen_processor("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
+        chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
+}
+
+
+def build_tiny_vlm(out_dir: str | Path, preset: str, *, seed: int = 0, corpus_dir: str | Path | None = None) -> Path:
+    """Build the preset's model, tokenizer and processor files into `out_dir` (replaced whole)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    from tuneline.demo_data import corpus_texts
+
+    family = VLM_PRESETS[preset]
+    out = Path(out_dir).expanduser().resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(corpus_texts(corpus_dir or DEFAULT_CORPUS_DIR), VOCAB_SIZE, MAX_LENGTH, family.tokens,
+                                family.named, family.eos_token, family.chat_template)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(family.config(tokenizer))
+    model.generation_config = GenerationConfig(**_ids(tokenizer))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        family.save_processor(tokenizer, tmp)
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
