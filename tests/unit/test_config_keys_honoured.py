@@ -270,12 +270,12 @@ def trainer_built(config, tokenizer, dataset_ref, step: bool = False) -> dict:
     """The trainer a stage builds: model, optimizer and learning rates, callbacks, collator, metrics; with `step`,
     only the loss of a batch."""
     from tuneline.data import build_collator, load_processed
-    from tuneline.train import stage_runner
+    from tuneline.train import STAGE_MODULES
     from tuneline.train.callbacks import build_callbacks
     from tuneline.train.trainer_base import StageSpec, build_trainer
     from tuneline.train.training_args import build_training_args
 
-    module = __import__(stage_runner(config.stage).__module__, fromlist=["run"])
+    module = __import__(STAGE_MODULES[config.stage], fromlist=["run"])
     if config.stage in ("dpo", "kto"):
         trainer_class = module.DPOTrainer if config.stage == "dpo" else module.KTOTrainer
         spec = StageSpec(name=config.stage, trainer_class=partial(trainer_class, ref_model=None))
