@@ -154,4 +154,4 @@ def test_vision_requirements_name_torchvision_when_it_is_missing():
         assert problem is None
     else:
         assert "torchvision" in problem and "'qwen2_vl'" in problem and "pip install torchvision" in problem
-        assert "video inputs" in vision_requirements_problem("llava", has_videos=True)
+        assert "reading videos" in vision_requirements_problem("llava", has_videos=True)

@@ -29,9 +29,11 @@ def vision_requirements_problem(plugin_name: str | None, has_videos: bool) -> st
         return None
     import torch
 
-    what = f"the '{plugin_name}' template's processor" if plugin_name in NEEDS_TORCHVISION else "video inputs"
+    if plugin_name in NEEDS_TORCHVISION:
+        what, otherwise = f"the '{plugin_name}' template's processor", "or use a llava or gemma3 model"
+    else:
+        what, otherwise = "reading videos", "or leave the videos out"
     return (f"{what} needs torchvision (transformers builds Qwen-VL processors and every video processor on it), and "
             f"`import torchvision` fails here: install the torchvision release made for torch "
             f"{torch.__version__.split('+')[0]} from the same index as torch (for a CPU torch: "
-            "`pip install torchvision --index-url https://download.pytorch.org/whl/cpu`), or use a template without "
-            "videos such as llava or gemma3")
+            f"`pip install torchvision --index-url https://download.pytorch.org/whl/cpu`), {otherwise}")
