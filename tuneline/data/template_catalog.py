@@ -65,6 +65,9 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("qwen2", **_QWEN, default_system="You are a helpful assistant."),
     Template("qwen3", **_QWEN, reasoning=True),
     Template("qwen3_nothink", **_QWEN),
+    Template("qwen2_vl", **_QWEN, default_system="You are a helpful assistant.", mm_plugin="qwen2_vl"),
+    Template("qwen3_vl", **_QWEN, reasoning=True, mm_plugin="qwen3_vl"),
+    Template("qwen3_vl_nothink", **_QWEN, mm_plugin="qwen3_vl"),
     Template("phi4", **_turns("<|im_start|>", "<|im_sep|>", "<|im_end|>"), stop_words=("<|im_end|>",),
              replace_eos=True),
     Template("llama2", user=(BOS, "[INST] {{content}} [/INST]"), system=("<<SYS>>\n{{content}}\n<</SYS>>\n\n",),
@@ -82,7 +85,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
              observation=('[TOOL_RESULTS]{"content": {{content}}}[/TOOL_RESULTS]',),
              prefix=(BOS,), tool_format="mistral"),
     Template("gemma", **_GEMMA),
-    Template("gemma3", **_GEMMA),
+    Template("gemma3", **_GEMMA, mm_plugin="gemma3"),
     Template("deepseek3", **_DEEPSEEK),
     Template("deepseekr1", **_DEEPSEEK, reasoning=True),
     Template("glm4", **_GLM4, tool_format="glm4"),
@@ -120,6 +123,9 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("cohere", user=(_COHERE_TURN.format(role="USER") + "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",),
              system=(_COHERE_TURN.format(role="SYSTEM"),), prefix=(BOS,)),
     Template("granite3", **_turns("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>\n")),
+    Template("llava", user=("USER: {{content}} ASSISTANT:",), mm_plugin="llava",
+             default_system="A chat between a curious user and an artificial intelligence assistant. "
+                            "The assistant gives helpful, detailed, and polite answers to the user's questions."),
     Template("olmo", user=("<|user|>\n{{content}}<|assistant|>\n",), prefix=(EOS,)),
 )}
 

@@ -49,6 +49,7 @@ class Template:
     tool_call_words: tuple[str, str] = TOOL_CALL_WORDS  # a function message's calls may sit between these
     today: str | None = None  # the date llama3's tool prompt writes; None: today's
     pt_eos: str | None = None  # document separator for pt when not the tokenizer's eos
+    mm_plugin: str | None = None  # how images/videos become the model's tokens (tuneline.data.mm); None: text only
     slots: dict[str, Slots] = field(default_factory=dict, compare=False)
     # the tokenizer's chat template, which writes conversations with tools (auto templates); None: the slots do
     native: NativeTools | None = field(default=None, compare=False, repr=False)

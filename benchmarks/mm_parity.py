@@ -1,0 +1,232 @@
+"""Multimodal plugin parity with LLaMA-Factory 0.9.5:
+`python benchmarks/mm_parity.py --llamafactory-python /work/main/.venv-peer/bin/python [--snapshot]`.
+
+Builds a tiny processor per family offline (tests/fixtures/parity_tokenizer with the family's special tokens, and a
+small image processor config: CLIP for llava, Gemma 3's, Qwen2-VL's), saves each to a folder both environments load,
+and runs LLaMA-Factory's plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's
+(`expand_messages`, `batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
+`image_max_pixels` that shrinks the images, an `image_min_pixels` that grows them). It prints, per family and
+setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
+"N of M jobs identical".
+
+Qwen2-VL/Qwen3-VL processors need a video processor, which needs torchvision: both sides get the Qwen2-VL image
+processor and the tokenizer alone, in a plain object where the processor would be (the plugins only read attributes).
+`--snapshot` writes LLaMA-Factory's results (texts, ids, tensor summaries) to tests/fixtures/llamafactory/0.9.5/
+mm_parity.json.xz for tests/unit/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+TOKENIZER = FIXTURES / "parity_tokenizer"
+SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
+DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
+FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
+    "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl",
+}
+SETTINGS = {  # LLaMA-Factory's processor attributes (model_args) per job; defaults first
+    "defaults": {"image_max_pixels": 768 * 768, "image_min_pixels": 32 * 32},
+    "shrink": {"image_max_pixels": 80 * 80, "image_min_pixels": 32 * 32},
+    "grow": {"image_max_pixels": 768 * 768, "image_min_pixels": 400 * 400},
+}
+PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL processors resize to a hair's difference
+QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def build_processor(family: str, out: Path) -> Path:
+    """A tiny processor folder for `family`: the fixture tokenizer plus the family's tokens and image config."""
+    from transformers import (
+        AutoTokenizer,
+        CLIPImageProcessorPil,
+        Gemma3ImageProcessorPil,
+        Gemma3Processor,
+        LlavaProcessor,
+        Qwen2VLImageProcessorPil,
+    )
+
+    if family == "llava":
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={"image_token": "<image>"})
+        image_processor = CLIPImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56})
+        processor = LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14,
+                                   vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                                   image_token="<image>")
+    elif family == "gemma3":
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={
+            "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
+        processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
+                                    tokenizer=tokenizer, image_seq_length=4)
+    else:  # the image processor and tokenizer alone: a Qwen-VL processor needs torchvision
+        processor = AutoTokenizer.from_pretrained(TOKENIZER)
+        processor.add_special_tokens({"additional_special_tokens": QWEN_TOKENS})
+        processor.save_pretrained(out)
+        processor = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 64)
+    processor.save_pretrained(out)
+    return out
+
+
+def load_processor(family: str, folder: Path, settings: dict) -> object:
+    """The processor as a plugin reads it; LLaMA-Factory's settings set as attributes, as its `patch_processor`
+    does (tuneline's plugins take them as `MediaSettings` and ignore the attributes)."""
+    from transformers import AutoProcessor, AutoTokenizer, Qwen2VLImageProcessorPil
+
+    if family.startswith("qwen"):  # named: transformers 5.6's AutoImageProcessor refuses to load without torchvision
+        image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
+        processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
+                                    tokenizer=AutoTokenizer.from_pretrained(folder),
+                                    model_input_names=["input_ids", "pixel_values", "image_grid_thw"])
+    else:
+        processor = AutoProcessor.from_pretrained(folder)
+    for key, value in settings.items():
+        setattr(processor, key, value)
+    return processor
+
+
+def demo_rows() -> list[dict]:
+    rows = json.loads((DEMO / "mllm_demo.json").read_text())
+    return [{"messages": row["messages"], "images": [str(DEMO / image) for image in row["images"]]} for row in rows]
+
+
+def summarize(value) -> dict | list:
+    """A tensor as its shape, dtype, sum and first values (a list stays as it is): small enough for a fixture."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    flat = value.detach().double().flatten()
+    return {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""),
+            "sum": round(float(flat.sum()), 4), "abs_sum": round(float(flat.abs().sum()), 4),
+            "head": [round(float(x), 6) for x in flat[:8]]}
+
+
+def image_digest(image) -> str:
+    """`WIDTHxHEIGHT:md5` of an image's pixels after the plugin's own resizing, before the processor's."""
+    import hashlib
+
+    import numpy as np
+
+    return f"{image.width}x{image.height}:{hashlib.md5(np.asarray(image).tobytes()).hexdigest()}"
+
+
+def encode_row(tokenizer, messages: list[dict]) -> list[int]:
+    """The row's ids: each expanded message's text tokenized alone, concatenated (no template: it is not compared)."""
+    return [token for message in messages for token in tokenizer(message["content"], add_special_tokens=False)
+            ["input_ids"]]
+
+
+LLAMAFACTORY_SIDE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from mm_parity import FAMILIES, SETTINGS, demo_rows, encode_row, image_digest, load_processor, summarize
+from llamafactory.data.template import TEMPLATES
+
+folders = json.loads(sys.argv[2])
+results = {}
+for family, template in FAMILIES.items():
+    plugin = TEMPLATES[template].mm_plugin
+    for setting, values in SETTINGS.items():
+        processor = load_processor(family, folders[family], values)
+        rows = []
+        for row in demo_rows():
+            messages = plugin.process_messages(row["messages"], row["images"], [], [], processor)
+            ids = encode_row(processor.tokenizer, messages)
+            ids, _ = plugin.process_token_ids(ids, None, row["images"], [], [], processor.tokenizer, processor)
+            inputs = plugin.get_mm_inputs(row["images"], [], [], [len(row["images"])], [0], [0], [ids], processor)
+            regularized = plugin._regularize_images(row["images"], **values)["images"]
+            rows.append({"texts": [m["content"] for m in messages], "ids": ids,
+                         "images": [image_digest(image) for image in regularized],
+                         "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
+        results[f"{family}/{setting}"] = rows
+print(json.dumps(results))
+"""
+
+
+def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
+    """tuneline's results, shaped like LLaMA-Factory's."""
+    from tuneline.data.mm import MediaSettings, get_mm_plugin
+    from tuneline.data.mm.media import regularize_image
+    from tuneline.data.template_catalog import TEMPLATES
+
+    results = {}
+    for family, template in FAMILIES.items():
+        plugin = get_mm_plugin(TEMPLATES[template].mm_plugin)
+        for setting, values in SETTINGS.items():
+            processor, settings = load_processor(family, folders[family], {}), MediaSettings(**values)
+            rows = []
+            for row in demo_rows():
+                messages = plugin.expand_messages(row["messages"], row["images"], [], processor, settings)
+                ids = encode_row(processor.tokenizer, messages)
+                inputs = plugin.batch_inputs(row["images"], [], [ids], processor, settings)
+                regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
+                                                plugin.qwen_sizes) for image in row["images"]]
+                rows.append({"texts": [m["content"] for m in messages], "ids": ids,
+                             "images": [image_digest(image) for image in regularized],
+                             "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
+            results[f"{family}/{setting}"] = rows
+    return results
+
+
+def first_difference(ours: list[dict], theirs: list[dict], tolerance: float = 1e-4) -> str | None:
+    """Where the two first differ (row from 1, field), tensors compared by shape, dtype and values to `tolerance`."""
+    for number, (mine, other) in enumerate(zip(ours, theirs, strict=True), start=1):
+        for field in ("texts", "ids", "images"):
+            if mine[field] != other[field]:
+                return f"row {number}: {field} differ"
+        if sorted(mine["inputs"]) != sorted(other["inputs"]):
+            return f"row {number}: inputs {sorted(mine['inputs'])} vs {sorted(other['inputs'])}"
+        for key, value in mine["inputs"].items():
+            if not same_summary(value, other["inputs"][key], tolerance):
+                return f"row {number}: {key} {value} vs {other['inputs'][key]}"
+    return None
+
+
+def same_summary(mine, other, tolerance: float = 1e-4) -> bool:
+    if not isinstance(mine, dict):
+        return mine == other
+    if mine["shape"] != other["shape"] or mine["dtype"] != other["dtype"]:
+        return False
+    numbers = [(mine["sum"], other["sum"]), (mine["abs_sum"], other["abs_sum"]), *zip(mine["head"], other["head"], strict=True)]
+    return all(abs(a - b) <= tolerance * max(1.0, abs(b)) for a, b in numbers)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llamafactory-python", required=True, help="an interpreter where llamafactory 0.9.5 imports")
+    parser.add_argument("--snapshot", action="store_true", help=f"write LLaMA-Factory's results to {SNAPSHOT}")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        folders = {family: build_processor(family, Path(work) / family) for family in FAMILIES}
+        done = subprocess.run([args.llamafactory_python, "-c", LLAMAFACTORY_SIDE, str(Path(__file__).parent),
+                               json.dumps({k: str(v) for k, v in folders.items()})], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"LLaMA-Factory failed:\n{done.stderr[-4000:]}")
+        theirs = json.loads(done.stdout.strip().splitlines()[-1])
+        ours = tuneline_side(folders)
+    identical = close = 0
+    for job, rows in theirs.items():
+        difference = first_difference(ours[job], rows)
+        if difference and first_difference(ours[job], rows, PROCESSOR_TOLERANCE) is None:
+            close += 1
+            difference = (f"texts, ids and resized images identical; pixel values within {PROCESSOR_TOLERANCE} "
+                          f"(the processor's own resize differs between the two transformers versions)")
+        identical += difference is None
+        print(f"{job}: {difference or 'identical'} ({len(rows)} rows)")
+    print(f"{identical} of {len(theirs)} family/setting jobs identical on mllm_demo, {close} more identical up to "
+          "the image processor's transformers version")
+    if args.snapshot:
+        SNAPSHOT.write_bytes(lzma.compress(json.dumps(theirs, separators=(",", ":")).encode()))
+        print(f"wrote {SNAPSHOT} ({SNAPSHOT.stat().st_size} bytes)")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    main()

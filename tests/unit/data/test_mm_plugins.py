@@ -1,0 +1,157 @@
+"""The vision-language plugins on real tiny processors (built offline): how many tokens each image becomes, how the
+pixel limits change that, the tensors a batch gets, and the rows and configs they refuse."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from mm_fixtures import DEMO_IMAGES, load_parity_benchmark
+from PIL import Image
+
+from tuneline.data.mm import MediaSettings, get_mm_plugin, vision_requirements_problem
+from tuneline.data.mm.media import image_size, limited_size, regularize_image, sample_indices
+from tuneline.data.mm.plugins import PLUGINS, frame_times
+from tuneline.data.mm.requirements import torchvision_works
+from tuneline.data.template_catalog import TEMPLATES
+from tuneline.errors import ConfigError, DataError
+
+BENCH = load_parity_benchmark()
+IMAGE = str(DEMO_IMAGES / "1.jpg")  # 300 x 168
+
+
+@pytest.fixture(scope="module")
+def processors(tmp_path_factory) -> dict:
+    work = tmp_path_factory.mktemp("mm-processors")
+    return {family: BENCH.load_processor(family, BENCH.build_processor(family, work / family), {})
+            for family in BENCH.FAMILIES}
+
+
+def chat(*contents: str) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": c} for i, c in enumerate(contents)]
+
+
+def test_llava_expands_each_image_to_its_patch_count(processors):
+    expanded = get_mm_plugin("llava").expand_messages(chat("<image>Who?<image>", "Them."), [IMAGE, IMAGE], [],
+                                                      processors["llava"])
+    # 56x56 crop / 14-pixel patches = 16 patches, +1 CLS, -1 for the 'default' feature strategy
+    assert expanded[0]["content"] == "<image>" * 16 + "Who?" + "<image>" * 16
+    assert expanded[1] == {"role": "assistant", "content": "Them."}
+    inputs = get_mm_plugin("llava").batch_inputs([IMAGE], [], [[1, 2]], processors["llava"])
+    assert list(inputs["pixel_values"].shape) == [1, 3, 56, 56]
+
+
+def test_gemma3_frames_soft_tokens_and_marks_them(processors):
+    processor = processors["gemma3"]
+    expanded = get_mm_plugin("gemma3").expand_messages(chat("<image>Who?"), [IMAGE], [], processor)
+    soft = "<image_soft_token>" * 4  # the processor's image_seq_length
+    assert expanded[0]["content"] == f"\n\n<start_of_image>{soft}<end_of_image>\n\nWho?"
+    soft_id, boi_id = processor.tokenizer.convert_tokens_to_ids(["<image_soft_token>", "<start_of_image>"])
+    inputs = get_mm_plugin("gemma3").batch_inputs([IMAGE], [], [[boi_id, soft_id, soft_id, 7]], processor)
+    assert inputs["token_type_ids"] == [[0, 1, 1, 0]]
+    assert list(inputs["pixel_values"].shape) == [1, 3, 56, 56]
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen3_vl"])
+def test_qwen_token_count_at_build_time_matches_the_collators_grid(processors, name):
+    plugin, processor = get_mm_plugin(name), processors[name]
+    for settings in (MediaSettings(), MediaSettings(image_max_pixels=80 * 80), MediaSettings(image_min_pixels=400 ** 2)):
+        text = plugin.expand_messages(chat("<image>"), [IMAGE], [], processor, settings)[0]["content"]
+        grid = plugin.batch_inputs([IMAGE], [], [[]], processor, settings)["image_grid_thw"]
+        assert text == "<|vision_start|>" + "<|image_pad|>" * (int(grid.prod()) // 4) + "<|vision_end|>"
+
+
+def test_pixel_limits_change_the_qwen_token_count(processors):
+    plugin, processor = get_mm_plugin("qwen2_vl"), processors["qwen2_vl"]
+
+    def pads(settings):
+        return plugin.expand_messages(chat("<image>"), [IMAGE], [], processor, settings)[0]["content"].count(
+            "<|image_pad|>")
+
+    default, small = pads(MediaSettings()), pads(MediaSettings(image_max_pixels=80 * 80))
+    large = pads(MediaSettings(image_max_pixels=8 * 8, image_min_pixels=8 * 8))  # min wins when they cross
+    # 300x168 rounds to 11x6 28-pixel blocks, over the processor's 64-block cap: shrunk to 10x5; 106x59 -> 4x2
+    assert (default, small) == (50, 8)
+    assert large == 4  # 10x6 pixels -> Qwen's 28-pixel side: 28x28 -> smart_resize's 56x56 floor (2x2)
+
+
+def test_limits_scale_down_then_up_and_keep_qwen_sides():
+    assert limited_size(300, 168, 768 * 768, 32 * 32) == (300, 168)
+    assert limited_size(300, 168, 80 * 80, 32 * 32) == (106, 59)
+    assert limited_size(300, 168, 768 * 768, 400 * 400) == (534, 299)
+    assert limited_size(10, 100, 768 * 768, 16, qwen=True) == (28, 100)
+    assert limited_size(6000, 28, 10 ** 9, 16, qwen=True) == (5040, 28)  # past 200:1, cut to 180:1
+    assert limited_size(10, 100, 768 * 768, 16) == (10, 100)  # the side rule is Qwen's only
+
+
+def test_regularized_pixels_have_the_size_counted_at_build_time(tmp_path):
+    gray = tmp_path / "gray.png"
+    Image.new("L", (90, 10), 128).save(gray)
+    for qwen in (False, True):
+        image = regularize_image(str(gray), 768 * 768, 32 * 32, qwen)
+        assert (image.size, image.mode) == (image_size(str(gray), 768 * 768, 32 * 32, qwen), "RGB")
+    assert image.size == (96, 28)  # 900 pixels grown to 1024 (96x10), then Qwen's 28-pixel side
+
+
+def test_placeholder_and_media_counts_must_match(processors):
+    plugin = get_mm_plugin("qwen2_vl")
+    with pytest.raises(DataError, match=r"2 <image> placeholder\(s\) but the row has 1 image"):
+        plugin.expand_messages(chat("<image>a<image>"), [IMAGE], [], processors["qwen2_vl"])
+    with pytest.raises(DataError, match=r"0 <video> placeholder\(s\) but the row has 1 video"):
+        plugin.expand_messages(chat("<image>"), [IMAGE], [[IMAGE, IMAGE]], processors["qwen2_vl"])
+
+
+def test_models_refuse_media_they_cannot_read(processors):
+    with pytest.raises(DataError, match="plugin 'llava' takes no videos"):
+        get_mm_plugin("llava").expand_messages(chat("<video>"), [], [[IMAGE]], processors["llava"])
+    with pytest.raises(DataError, match="plugin 'base' takes no images"):
+        get_mm_plugin(None).expand_messages(chat("<image>"), [IMAGE], [], None)
+    assert get_mm_plugin(None).expand_messages(chat("plain"), [], [], None) == chat("plain")
+    with pytest.raises(ConfigError, match="needs the model's processor"):
+        get_mm_plugin("gemma3").expand_messages(chat("<image>"), [IMAGE], [], SimpleNamespace())
+
+
+def test_unknown_plugin_names_the_closest():
+    with pytest.raises(ConfigError, match="did you mean 'qwen2_vl'"):
+        get_mm_plugin("qwen2vl")
+
+
+def test_qwen_videos_from_frames_expand_per_frame_pair(processors):
+    frames = [str(DEMO_IMAGES / f"{i}.jpg") for i in (1, 2, 3)]  # odd: the last frame is repeated
+    processor = processors["qwen3_vl"]
+    qwen2 = get_mm_plugin("qwen2_vl").expand_messages(chat("<video>"), [], [frames], processor)[0]["content"]
+    qwen3 = get_mm_plugin("qwen3_vl").expand_messages(chat("<video>"), [], [frames], processor)[0]["content"]
+    # 4 frames of 300x168 (under 256*256 pixels: kept). Qwen2-VL sizes each frame alone: 6x11 28-pixel blocks are
+    # over the 64-block cap, shrunk to 5x10; 2 frame pairs x 50 blocks = 100 pads
+    assert qwen2 == "<|vision_start|>" + "<|video_pad|>" * 100 + "<|vision_end|>"
+    # Qwen3-VL caps the clip's pixels: 4 frames x 6x11 blocks shrunk to 2x5 per frame -> 10 pads per frame pair,
+    # each pair stamped with the mean time of its frames (0 and 1, 2 and 2 at 2 fps)
+    frame = "<|vision_start|>" + "<|video_pad|>" * 10 + "<|vision_end|>"
+    assert qwen3 == f"<0.2 seconds>{frame}<1.0 seconds>{frame}"
+
+
+def test_frame_times_average_each_temporal_patch():
+    assert frame_times([0.0, 1.0, 2.0], fps=2.0, merge_size=2) == [0.25, 1.0]
+    kept = sample_indices(100, duration=10.0, fps=2.0, maxlen=128)  # 2 per second over 10 s, spread evenly
+    assert (len(kept), kept[0], kept[-1]) == (20, 0, 99) and kept == sorted(set(kept))
+    assert len(sample_indices(100, duration=100.0, fps=2.0, maxlen=8)) == 8
+
+
+def test_templates_name_known_plugins():
+    plugins = {name: TEMPLATES[name].mm_plugin for name in ("llava", "gemma3", "qwen2_vl", "qwen3_vl",
+                                                           "qwen3_vl_nothink")}
+    assert plugins == {"llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl",
+                       "qwen3_vl_nothink": "qwen3_vl"}
+    assert {t.mm_plugin for t in TEMPLATES.values()} - {None} <= set(PLUGINS)
+    assert TEMPLATES["qwen3_vl"].reasoning and not TEMPLATES["qwen3_vl_nothink"].reasoning
+
+
+def test_vision_requirements_name_torchvision_when_it_is_missing():
+    assert vision_requirements_problem("llava", has_videos=False) is None
+    assert vision_requirements_problem("gemma3", has_videos=False) is None
+    problem = vision_requirements_problem("qwen2_vl", has_videos=False)
+    if torchvision_works():
+        assert problem is None
+    else:
+        assert "torchvision" in problem and "'qwen2_vl'" in problem and "pip install torchvision" in problem
+        assert "reading videos" in vision_requirements_problem("llava", has_videos=True)

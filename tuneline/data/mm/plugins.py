@@ -1,0 +1,274 @@
+"""Vision-language plugins: a message's `<image>`/`<video>` placeholders become the model's own tokens, as many as its
+vision tower yields for that image, and a batch's media become the tensors the model's forward takes.
+
+Two calls for two moments: `expand_messages` when the dataset is built (it needs only the sizes the images will have,
+read from file headers, never pixels) and `batch_inputs` in the collator (it makes the pixels, in DataLoader workers).
+Both follow LLaMA-Factory 0.9.5's `mm_plugin.py`; `benchmarks/mm_parity.py` compares the two projects."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tuneline.data.mm.media import (
+    IMAGE_PLACEHOLDER,
+    VIDEO_PLACEHOLDER,
+    MediaSettings,
+    SampledVideo,
+    image_size,
+    limited_size,
+    qwen_frame_size,
+    regularize_image,
+    sample_video,
+)
+from tuneline.errors import ConfigError, DataError, did_you_mean
+
+_PLACEHOLDERS = re.compile(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})")
+VISION_BOS, VISION_EOS = "<|vision_start|>", "<|vision_end|>"  # Qwen-VL's frame around an image's or video's pads
+
+
+@dataclass(frozen=True)
+class MMPlugin:
+    """A text-only model's plugin: it leaves text alone and refuses media. Subclasses say how many tokens an image
+    (or video) becomes (`image_texts`, `video_texts`) and add model-specific tensors (`batch_inputs`)."""
+
+    name: str = "base"
+    image_token: str | None = None
+    video_token: str | None = None
+    qwen_sizes = False  # Qwen-VL's extra side and ratio limits on top of the pixel limits
+
+    def expand_messages(self, messages: list[dict], images: list = (), videos: list = (), processor: Any = None,
+                        settings: MediaSettings = MediaSettings()) -> list[dict]:
+        """The messages with every placeholder replaced by the model's tokens for its image or video, in order."""
+        self.check_media(messages, images, videos, processor)
+        image_texts = iter(self.image_texts(list(images), processor, settings) if images else ())
+        video_texts = iter(self.video_texts(list(videos), processor, settings) if videos else ())
+        expanded = []
+        for message in messages:
+            parts = _PLACEHOLDERS.split(message["content"])
+            content = "".join(next(image_texts) if part == IMAGE_PLACEHOLDER else
+                              next(video_texts) if part == VIDEO_PLACEHOLDER else part for part in parts)
+            expanded.append({**message, "content": content})
+        return expanded
+
+    def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]], processor: Any,
+                     settings: MediaSettings = MediaSettings()) -> dict[str, Any]:
+        """The model's vision inputs for a batch: all its images, then all its videos, in row order;
+        `batch_ids`: each row's token ids, unpadded."""
+        inputs: dict[str, Any] = {}
+        if images:
+            regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
+                                            self.qwen_sizes) for image in images]
+            inputs.update(processor.image_processor(regularized, return_tensors="pt"))
+        if videos:
+            inputs.update(self.video_inputs(videos, processor, settings))
+        return inputs
+
+    def check_media(self, messages: list[dict], images: list, videos: list, processor: Any) -> None:
+        """Refuses media this model cannot take, and placeholders that do not match the media one for one."""
+        problems = []
+        for kind, media, token in (("image", images, self.image_token), ("video", videos, self.video_token)):
+            placeholder = IMAGE_PLACEHOLDER if kind == "image" else VIDEO_PLACEHOLDER
+            placeholders = sum(message["content"].count(placeholder) for message in messages)
+            if media and token is None:
+                problems.append(f"the template's multimodal plugin '{self.name}' takes no {kind}s, and the row has "
+                                f"{len(media)}; use a template whose model reads {kind}s")
+            elif placeholders != len(media):
+                problems.append(f"the messages hold {placeholders} {placeholder} placeholder(s) but the row has "
+                                f"{len(media)} {kind}(s); each {kind} needs exactly one {placeholder} where it goes")
+        if problems:
+            raise DataError(problems)
+        if (images or videos) and getattr(processor, "image_processor", None) is None:
+            raise ConfigError(f"the '{self.name}' plugin needs the model's processor (AutoProcessor) with an image "
+                              "processor to count image tokens; the model folder has none")
+
+    def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
+        raise NotImplementedError
+
+    def video_texts(self, videos: list, processor: Any, settings: MediaSettings) -> list[str]:
+        raise NotImplementedError
+
+    def video_inputs(self, videos: list, processor: Any, settings: MediaSettings) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class LlavaPlugin(MMPlugin):
+    """LLaVA: one image token per vision-tower patch of the (fixed-size) processed image."""
+
+    def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
+        height, width = _processed_size(processor.image_processor, images[0], settings)
+        patch = processor.patch_size
+        count = (height // patch) * (width // patch) + (processor.num_additional_image_tokens or 0)
+        if processor.vision_feature_select_strategy == "default":  # the CLS feature is dropped
+            count -= 1
+        return [self.image_token * count] * len(images)
+
+
+@dataclass(frozen=True)
+class Gemma3Plugin(MMPlugin):
+    """Gemma 3: a fixed run of `mm_tokens_per_image` soft tokens between begin/end-of-image, from the processor."""
+
+    def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
+        return [processor.full_image_sequence] * len(images)
+
+    def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]], processor: Any,
+                     settings: MediaSettings = MediaSettings()) -> dict[str, Any]:
+        """Adds `token_type_ids` (1 on image soft tokens, unpadded lists), which Gemma 3 needs for its bidirectional
+        attention over an image's tokens."""
+        inputs = super().batch_inputs(images, videos, batch_ids, processor, settings)
+        inputs.pop("num_crops", None)
+        # by the soft token's id: transformers 5.24's processor calls begin-of-image its `image_token_id`
+        image_id = processor.tokenizer.convert_tokens_to_ids(self.image_token)
+        inputs["token_type_ids"] = [[int(token == image_id) for token in ids] for ids in batch_ids]
+        return inputs
+
+
+@dataclass(frozen=True)
+class Qwen2VLPlugin(MMPlugin):
+    """Qwen2-VL and Qwen2.5-VL: an image becomes one pad token per merged block of its grid (the image is resized to
+    whole 28-pixel blocks within the processor's pixel range); a video, one per block of its frame pairs."""
+
+    qwen_sizes = True
+
+    def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
+        image_processor = processor.image_processor
+        texts = []
+        for image in images:
+            width, height = image_size(image, settings.image_max_pixels, settings.image_min_pixels, qwen=True)
+            count = image_processor.get_number_of_image_patches(height, width) // image_processor.merge_size ** 2
+            texts.append(VISION_BOS + self.image_token * count + VISION_EOS)
+        return texts
+
+    def video_texts(self, videos: list, processor: Any, settings: MediaSettings) -> list[str]:
+        merge = processor.image_processor.merge_size ** 2
+        texts = []
+        for video in videos:
+            frames, height, width = self.video_grid(sample_video(video, settings, decode=False), processor, settings)
+            texts.append(VISION_BOS + self.video_token * (frames * height * width // merge) + VISION_EOS)
+        return texts
+
+    def video_grid(self, video: SampledVideo, processor: Any, settings: MediaSettings) -> tuple[int, int, int]:
+        """(temporal, height, width) patches of a sampled video: frames come in pairs, each frame resized like an
+        image under the video pixel limits and then to the video processor's pixel range."""
+        config = _video_config(processor)
+        width, height = limited_size(*video.size, settings.video_max_pixels, settings.video_min_pixels, qwen=True)
+        frames = len(video.indices) + len(video.indices) % 2
+        height, width = self.resize_frames(frames, height, width, config)
+        return math.ceil(frames / config.temporal_patch_size), height // config.patch_size, width // config.patch_size
+
+    def resize_frames(self, frames: int, height: int, width: int, config: Any) -> tuple[int, int]:
+        """Each frame on its own within the video processor's pixel range."""
+        return qwen_frame_size(height, width, config.patch_size * config.merge_size, config.size["shortest_edge"],
+                               config.size["longest_edge"])
+
+    def video_inputs(self, videos: list, processor: Any, settings: MediaSettings) -> dict[str, Any]:
+        sampled = [sample_video(video, settings) for video in videos]
+        inputs = dict(processor.video_processor(videos=[self.video_frames(v, settings) for v in sampled],
+                                                return_tensors="pt"))
+        if "second_per_grid_ts" in processor.model_input_names:  # Qwen2.5-VL's absolute time positions
+            temporal = getattr(processor.image_processor, "temporal_patch_size", 2)
+            inputs["second_per_grid_ts"] = [temporal / _sampled_fps(v, settings) for v in sampled]
+        return inputs
+
+    def video_frames(self, video: SampledVideo, settings: MediaSettings) -> list:
+        frames = video.frames + video.frames[-1:] * (len(video.frames) % 2)
+        return [regularize_image(frame, settings.video_max_pixels, settings.video_min_pixels, qwen=True)
+                for frame in frames]
+
+
+@dataclass(frozen=True)
+class Qwen3VLPlugin(Qwen2VLPlugin):
+    """Qwen3-VL: images as Qwen2-VL; a video is written frame pair by frame pair, each with its time in seconds."""
+
+    def video_texts(self, videos: list, processor: Any, settings: MediaSettings) -> list[str]:
+        merge_size = _video_config(processor).merge_size
+        texts = []
+        for video in videos:
+            sampled = sample_video(video, settings, decode=False)
+            frames, height, width = self.video_grid(sampled, processor, settings)
+            times = frame_times(_frame_positions(sampled, settings), settings.video_fps, merge_size)
+            pads = VISION_BOS + self.video_token * (height * width // merge_size ** 2) + VISION_EOS
+            texts.append("".join(f"<{times[i]:.1f} seconds>{pads}" for i in range(frames)))
+        return texts
+
+    def resize_frames(self, frames: int, height: int, width: int, config: Any) -> tuple[int, int]:
+        """Qwen3-VL bounds the pixels of the whole clip (frames rounded to temporal patches), not of one frame."""
+        if frames < config.temporal_patch_size:
+            raise DataError(f"a video needs at least {config.temporal_patch_size} frames for Qwen3-VL; one has {frames}")
+        return qwen_frame_size(height, width, config.patch_size * config.merge_size, config.size["shortest_edge"],
+                               config.size["longest_edge"], frames, config.temporal_patch_size)
+
+    def video_inputs(self, videos: list, processor: Any, settings: MediaSettings) -> dict[str, Any]:
+        sampled = [sample_video(video, settings) for video in videos]
+        frames = [self.video_frames(v, settings) for v in sampled]
+        metadata = [{"fps": settings.video_fps, "duration": v.duration, "total_num_frames": len(f),
+                     "frames_indices": _frame_positions(v, settings)} for v, f in zip(sampled, frames, strict=True)]
+        inputs = dict(processor.video_processor(videos=frames, video_metadata=metadata, fps=settings.video_fps,
+                                                return_metadata=True, do_sample_frames=False))
+        if "second_per_grid_ts" in processor.model_input_names:
+            temporal = getattr(processor.image_processor, "temporal_patch_size", 2)
+            inputs["second_per_grid_ts"] = [temporal / _sampled_fps(v, settings) for v in sampled]
+        return inputs
+
+
+def frame_times(positions: list[float], fps: float, merge_size: int) -> list[float]:
+    """Seconds of each temporal patch: the mean time of its first and last frame (Qwen3-VL's processor rule), the
+    frame list padded with its last frame to whole patches."""
+    positions = list(positions) + [positions[-1]] * (-len(positions) % merge_size)
+    seconds = [position / fps for position in positions]
+    return [(seconds[i] + seconds[i + merge_size - 1]) / 2 for i in range(0, len(seconds), merge_size)]
+
+
+def _frame_positions(video: SampledVideo, settings: MediaSettings) -> list[float]:
+    """Frame positions in units of sampled frames at `video_fps`, as Qwen3-VL's timestamps read them."""
+    if video.average_fps is None:
+        return [float(i) for i in video.indices]
+    return [index / video.average_fps * settings.video_fps for index in video.indices]
+
+
+def _sampled_fps(video: SampledVideo, settings: MediaSettings) -> float:
+    if video.average_fps is None:
+        return settings.video_fps
+    return len(video.indices) / video.duration
+
+
+def _video_config(processor: Any) -> Any:
+    """The processor that sizes video frames; LLaMA-Factory falls back to the image processor's settings."""
+    return getattr(processor, "video_processor", None) or processor.image_processor
+
+
+def _processed_size(image_processor: Any, image: Any, settings: MediaSettings) -> tuple[int, int]:
+    """(height, width) of every processed image where the processor makes one fixed size (center crop, or a fixed
+    resize); otherwise the first image is processed to see, as LLaMA-Factory reads the first image's pixels."""
+    fixed = image_processor.crop_size if getattr(image_processor, "do_center_crop", False) else image_processor.size
+    height, width = (_size_field(fixed, "height"), _size_field(fixed, "width")) if fixed else (None, None)
+    if height and width:
+        return height, width
+    regularized = regularize_image(image, settings.image_max_pixels, settings.image_min_pixels)
+    return tuple(image_processor([regularized], return_tensors="pt")["pixel_values"].shape[-2:])
+
+
+def _size_field(size: Any, key: str) -> int | None:
+    return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+
+
+PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
+    MMPlugin(),
+    LlavaPlugin("llava", image_token="<image>"),
+    Gemma3Plugin("gemma3", image_token="<image_soft_token>"),
+    Qwen2VLPlugin("qwen2_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
+    Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
+)}
+
+
+def get_mm_plugin(name: str | None) -> MMPlugin:
+    """The plugin a template names (`Template.mm_plugin`); None or 'base' for text-only models."""
+    if name is None:
+        return PLUGINS["base"]
+    if name not in PLUGINS:
+        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, PLUGINS)}; "
+                          f"use one of {sorted(PLUGINS)}")
+    return PLUGINS[name]
