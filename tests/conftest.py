@@ -25,6 +25,21 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory):
+    """`tiny_vlm("llava")`: the folder of a tiny vision-language preset, built once per test session."""
+    from tuneline.tiny_vlm import build_tiny_vlm
+
+    built = {}
+
+    def folder(preset: str):
+        if preset not in built:
+            built[preset] = build_tiny_vlm(tmp_path_factory.mktemp(preset) / "model", preset)
+        return built[preset]
+
+    return folder
+
+
+@pytest.fixture(scope="session")
 def demo_data_dir() -> Path:
     """The repo's data/ folder: the demo datasets and their dataset_info.json."""
     return REPO_ROOT / "data"

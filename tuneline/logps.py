@@ -37,14 +37,14 @@ def _boolean_masks_slice() -> bool:
         return False
 
 
-def label_logits(model, input_ids, attention_mask, labels):
+def label_logits(model, input_ids, attention_mask, labels, **inputs):
     """Float32 logits of the positions whose next token is labelled, one row each (row-major), with those labels
-    and the batch row each came from."""
+    and the batch row each came from; `inputs`: more of the forward's inputs (a vision model's pixels)."""
     import torch
 
     targets = labels[:, 1:]
     counted = targets != IGNORE_INDEX
-    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
+    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False, **inputs}
     if projects_selected_positions(model):
         logits = model(**kwargs, logits_to_keep=torch.nn.functional.pad(counted, (0, 1), value=False)).logits
     else:

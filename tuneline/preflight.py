@@ -68,10 +68,14 @@ def template_problems(config: RunConfig) -> list[str]:
     if data.tool_format and data.tool_format not in TOOL_FORMATS:
         problems.append(f"'tool_format: {data.tool_format}' is not known{did_you_mean(data.tool_format, TOOL_FORMATS)}; "
                         f"use one of {', '.join(sorted(TOOL_FORMATS))}")
+    if data.template in TEMPLATES:  # a Qwen-VL template's processor needs torchvision: said before anything starts
+        from tuneline.data.mm.requirements import vision_requirements_problem
+
+        problems.append(vision_requirements_problem(TEMPLATES[data.template].mm_plugin, has_videos=False))
     if data.tool_date and not _is_tool_date(data.tool_date):
         problems.append(f"'tool_date: {data.tool_date}' is not a date as llama3's tool prompt writes it; "
                         "use day, month abbreviation and year, e.g. '26 Jul 2024'")
-    return problems
+    return [problem for problem in problems if problem]
 
 
 def _is_tool_date(text: str) -> bool:

@@ -90,3 +90,64 @@ def test_a_method_tuneline_has_not_built_is_refused_before_anything_starts(check
     refused = capsys.readouterr().err
     assert "use_llama_pro" in refused and "does not support" in refused and "Traceback" not in refused
     assert not out.exists()
+
+
+# LLaMA-Factory's Qwen3-VL examples (its data: mllm_demo, identity, alpaca_en_demo), on tiny models of the families
+# that run here: Qwen-VL processors need torchvision, which does not load beside this CPU torch.
+VISION_TRAINED = {
+    "examples/train_lora/qwen3vl_lora_sft.yaml": "adapter_model.safetensors",
+    "examples/train_full/qwen3vl_full_sft.yaml": "model.safetensors",
+}
+
+
+@pytest.mark.acceptance
+@pytest.mark.parametrize("preset", ["gemma3", "llava"])
+@pytest.mark.parametrize("example", sorted(VISION_TRAINED))
+def test_a_vision_example_config_trains_unchanged_on_a_tiny_vision_model(prefect_api, checkout, tiny_vlm, monkeypatch,
+                                                                         example, preset):
+    monkeypatch.chdir(checkout)
+    out = checkout / "saves" / f"{preset}_{example.replace('/', '_')}"
+    train(checkout, example, f"model_name_or_path={tiny_vlm(preset)}", f"template={preset}", f"output_dir={out}",
+          f"max_steps={STEPS}")
+
+    assert (out / VISION_TRAINED[example]).is_file() and (out / "processor_config.json").is_file()
+    logged = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
+    assert logged[-1]["current_steps"] == STEPS
+
+
+def test_vision_examples_are_refused_up_front_where_they_cannot_run(checkout, tiny_vlm, monkeypatch, capsys):
+    """Qwen3-VL's own template needs torchvision here; its dpo example trains on images, which dpo does not yet."""
+    from flows.cli import run
+    from tuneline.data.mm.requirements import torchvision_works
+
+    monkeypatch.chdir(checkout)
+    out = checkout / "saves" / "refused"
+    args = ["examples/train_lora/qwen3vl_lora_sft.yaml", f"model_name_or_path={tiny_vlm('qwen3_vl')}",
+            f"output_dir={out}", f"max_steps={STEPS}"]
+    if not torchvision_works():
+        assert run(["train", *args]) == 2
+        refused = capsys.readouterr().err
+        assert "torchvision" in refused and "Traceback" not in refused
+    assert run(["train", "examples/train_lora/qwen3vl_lora_dpo.yaml", f"model_name_or_path={tiny_vlm('gemma3')}",
+                "template=gemma3", f"output_dir={out}", f"max_steps={STEPS}"]) == 2
+    refused = capsys.readouterr().err
+    assert "rlhf_v" in refused and "Traceback" not in refused
+    assert not out.exists()
+
+
+def test_bad_images_end_the_run_before_training_naming_their_rows(prefect_api, tiny_vlm, tmp_path, monkeypatch,
+                                                                   capsys):
+    from flows.cli import run
+
+    shutil.copytree(LLAMAFACTORY, tmp_path, dirs_exist_ok=True)
+    images = tmp_path / "data" / "mllm_demo_data"
+    (images / "2.jpg").write_bytes((images / "2.jpg").read_bytes()[:2000])  # a truncated JPEG
+    (images / "3.jpg").unlink()
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "saves" / "bad"
+    assert run(["train", "examples/train_lora/qwen3vl_lora_sft.yaml", f"model_name_or_path={tiny_vlm('gemma3')}",
+                "template=gemma3", f"output_dir={out}", f"max_steps={STEPS}"]) == 2
+    refused = capsys.readouterr().err
+    assert "mllm_demo.json" in refused and "Traceback" not in refused
+    assert "bad image" in refused and "2.jpg" in refused and "media file missing" in refused
+    assert not (out / "trainer_log.jsonl").exists()

@@ -13,7 +13,7 @@ import pytest
 from tuneline.tiny_vlm import VLM_PRESETS, build_tiny_vlm, qwen_image_processor
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = REPO / "tests" / "fixtures" / "mllm_demo_1.jpg"  # LLaMA-Factory's data/mllm_demo_data/1.jpg (Apache-2.0)
+IMAGE = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data" / "mllm_demo_data" / "1.jpg"
 CHAT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in the picture?"}]},
         {"role": "assistant", "content": "A cat."}]
 

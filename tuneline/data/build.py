@@ -89,9 +89,15 @@ def check_tokenized_path(location: Path, key: str, inputs: dict[str, Any]) -> No
 def _encode(config: RunConfig, dataset, tokenizer, template) -> tuple[Any, list[BadRow], int]:
     """The encoded dataset without the rows tokenization showed to be unusable, those rows, and how many examples
     lost tokens to cutoff_len."""
+    from tuneline.data.mm.run_media import has_media, run_media
+
     data = config.data
+    media = None
+    if has_media(dataset):
+        has_videos = "_videos" in dataset.column_names and has_media(dataset.select_columns(["_videos"]))
+        media = run_media(config, tokenizer, template, has_videos)
     encoder = Encoder(tokenizer, template, config.stage, data.cutoff_len, data.train_on_prompt, data.mask_history,
-                      config.effective_packing)
+                      config.effective_packing, media)
     workers = data.preprocessing_num_workers if (data.preprocessing_num_workers or 1) > 1 else None
     encoded = dataset.map(encoder, batched=True, batch_size=data.preprocessing_batch_size, num_proc=workers,
                           remove_columns=dataset.column_names, load_from_cache_file=False,

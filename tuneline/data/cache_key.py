@@ -14,6 +14,7 @@ from typing import Any
 
 from tuneline.config.run_config import RunConfig
 from tuneline.data.media import MEDIA_KINDS, PLACEHOLDERS, MediaProblem, media_names, media_root, resolve_media
+from tuneline.data.mm.run_media import MEDIA_SETTINGS
 from tuneline.data.readers import read_rows
 from tuneline.data.registry import INFO_FILE, DatasetAttr, dataset_attrs
 from tuneline.errors import DataError
@@ -22,8 +23,6 @@ from tuneline.hub_revision import HubNaming, resolve_revision
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
 PROCESSING_CODE = Path(__file__).resolve().parent  # tuneline/data: every module that shapes the rows
-MEDIA_SETTINGS = ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_fps",
-                  "video_maxlen")
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
     "interleave_probs", "default_system", "tool_format", "tool_date", "preprocessing_batch_size", "on_bad_rows",

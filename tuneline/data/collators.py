@@ -14,6 +14,7 @@ token count (`labels[..., 1:]`) is unchanged, since a row's first label never co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 IGNORE = -100
 
@@ -43,6 +44,7 @@ class Collator:
     pad_token_id: int
     pad_to_multiple_of: int | None = None
     flatten: bool = False
+    media: Any = None  # tuneline.data.mm.run_media.RunMedia: rows name images or videos, made into pixels here
 
     def target_length(self, longest: int) -> int:
         m = self.pad_to_multiple_of
@@ -72,7 +74,25 @@ class Collator:
         if "position_ids" in batch:  # packed: transformers isolates examples only without a mask and cache
             batch.pop("attention_mask", None)
             batch["use_cache"] = False
+        if self.media is not None:
+            batch.update(self.media_inputs(features, batch["input_ids"].shape[1]))
         return batch
+
+    def media_inputs(self, features: list[dict], length: int, left: bool = False) -> dict:
+        """The pixels of the batch's images and videos (decoded here, in the DataLoader's workers), and any per-token
+        input the plugin adds, padded as the ids are (on the left for generation)."""
+        import torch
+
+        images = [image for f in features for image in f.get("images") or ()]
+        videos = [video for f in features for video in f.get("videos") or ()]
+        if not images and not videos:
+            return {}
+        inputs = self.media.batch_inputs(images, videos, [list(f["input_ids"]) for f in features])
+        for key, value in inputs.items():
+            if isinstance(value, list):  # one list per row, unpadded
+                gaps = [[0] * (length - len(row)) for row in value]
+                inputs[key] = torch.tensor([gap + row if left else row + gap for row, gap in zip(value, gaps, strict=True)])
+        return dict(inputs)
 
     def flattened(self, features: list[dict]) -> dict:
         from transformers import DataCollatorWithFlattening
@@ -81,11 +101,14 @@ class Collator:
         return {**DataCollatorWithFlattening()(columns), "use_cache": False}
 
 
-def build_collator(stage: str, tokenizer, pad_to_multiple_of: int | None = None, flatten: bool = False) -> Collator:
+def build_collator(stage: str, tokenizer, pad_to_multiple_of: int | None = None, flatten: bool = False,
+                   media=None) -> Collator:
     """The collator for a stage's processed columns (trainers use remove_unused_columns=False)."""
     if stage not in STAGE_GROUPS:
         raise ValueError(f"no collator for stage '{stage}'; stages: {sorted(STAGE_GROUPS)}")
     if flatten and stage != "sft":
         raise ValueError(f"flattened batches are built for sft only, not '{stage}'")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return Collator(stage, pad_id, pad_to_multiple_of, flatten)
+    if media is not None and flatten:
+        raise ValueError("rows with images are not flattened")
+    return Collator(stage, pad_id, pad_to_multiple_of, flatten, media)

@@ -51,12 +51,16 @@ class Encoder:
     train_on_prompt: bool = False
     mask_history: bool = False
     packing: bool = False
+    media: Any = None  # tuneline.data.mm.run_media.RunMedia when the rows hold images or videos
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
         try:
-            return STAGE_ENCODERS[self.stage](self, batch)
+            out = STAGE_ENCODERS[self.stage](self, batch)
         except ToolDataError:  # a call this template's tool format cannot write: name the row
             raise DataError(self.tool_problem(batch)) from None
+        if self.media is not None:  # one encoded row per row: the collator makes the pixels of these files
+            out.update(images=batch["_images"], videos=batch["_videos"])
+        return out
 
     def tool_problem(self, batch: dict[str, list]) -> str:
         for i, (messages, system, tools) in enumerate(self.conversations(batch)):
@@ -72,7 +76,12 @@ class Encoder:
     def conversations(self, batch: dict[str, list], responses: list[list[dict]] | None = None) -> list:
         responses = batch["_response"] if responses is None else responses
         columns = (batch["_prompt"], responses, batch["_system"], batch["_tools"])
-        return [(p + r, s, t) for p, r, s, t in zip(*columns, strict=True)]
+        found = [(p + r, s, t) for p, r, s, t in zip(*columns, strict=True)]
+        if self.media is None:
+            return found
+        media = zip(batch["_images"], batch["_videos"], strict=True)
+        return [(self.media.expand(messages, images, videos), s, t)
+                for (messages, s, t), (images, videos) in zip(found, media, strict=True)]
 
     def eos(self) -> list[int]:
         return [self.tokenizer.eos_token_id] if self.template.efficient_eos else []

@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from tuneline.evaluation.scoring import IGNORE_INDEX, batch_ranges, pad_rows
+from tuneline.evaluation.scoring import IGNORE_INDEX, batch_ranges, pad_rows, to_device
 
 _WORDS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
@@ -54,19 +54,19 @@ def eos_token_ids(tokenizer, model) -> set[int]:
 
 
 def generate_greedy(model, prompts: Sequence[Sequence[int]], *, pad_id: int, eos_ids: set[int],
-                    max_new_tokens: int, batch_size: int) -> list[list[int]]:
+                    max_new_tokens: int, batch_size: int, row_inputs=None) -> list[list[int]]:
     """Greedy answers (token ids, cut at the first eos) for left-padded batches of prompts."""
     from transformers import GenerationConfig
 
     settings = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
                                 pad_token_id=pad_id, eos_token_id=sorted(eos_ids) or None)
-    return generate_batches(model, prompts, settings, pad_id, eos_ids, batch_size)
+    return generate_batches(model, prompts, settings, pad_id, eos_ids, batch_size, row_inputs)
 
 
 def generate_batches(model, prompts: Sequence[Sequence[int]], settings, pad_id: int, eos_ids: set[int],
-                     batch_size: int) -> list[list[int]]:
+                     batch_size: int, row_inputs=None) -> list[list[int]]:
     """Answers under any GenerationConfig, in the prompts' order; prompts are batched by length (little left
-    padding to prefill); the model is left in its mode."""
+    padding to prefill); the model is left in its mode. `row_inputs(rows, length, left)`: more inputs for rows."""
     import torch
 
     device = next(model.parameters()).device
@@ -80,7 +80,8 @@ def generate_batches(model, prompts: Sequence[Sequence[int]], settings, pad_id: 
             rows = [prompts[i] for i in chunk]
             ids = pad_rows(rows, pad_id, left=True).to(device)
             mask = pad_rows([[1] * len(r) for r in rows], 0, left=True).to(device)
-            output = model.generate(input_ids=ids, attention_mask=mask, generation_config=settings)
+            extra = to_device(row_inputs(chunk, ids.shape[1], True), device) if row_inputs else {}
+            output = model.generate(input_ids=ids, attention_mask=mask, generation_config=settings, **extra)
             answers.update({i: until_eos(row.tolist(), eos_ids) for i, row in zip(chunk, output[:, ids.shape[1]:],
                                                                                    strict=True)})
     model.train(was_training)

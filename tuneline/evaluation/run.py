@@ -20,14 +20,30 @@ class EvalContext:
     data: Any  # the validation split (a datasets.Dataset)
     batch_size: int
     predictions: list[dict[str, str]]
+    media: Any = None  # a Collator with the run's media when the rows hold images or videos
+
+    def row_inputs(self, ids: list[list[int]], data_rows: list[int] | None = None):
+        """`(chunk, length, left) -> inputs`: the pixels of the images of `ids[k]` for k in chunk (the validation
+        rows `data_rows[k]`, by default row k), or None for text rows."""
+        if self.media is None:
+            return None
+
+        def inputs(chunk: list[int], length: int, left: bool) -> dict:
+            rows = [self.data[data_rows[k] if data_rows else k] for k in chunk]
+            features = [{"input_ids": ids[k], "images": row["images"], "videos": row["videos"]}
+                        for k, row in zip(chunk, rows, strict=True)]
+            return self.media.media_inputs(features, length, left)
+
+        return inputs
 
 
 def language_model_step(ctx: EvalContext) -> dict[str, float]:
     """eval_loss, perplexity and token accuracy over the label tokens of every validation row."""
     if "labels" not in ctx.data.column_names:
         return {}
-    scores = scoring.label_scores(ctx.model, ctx.data["input_ids"], ctx.data["labels"],
-                                  ctx.tokenizer.pad_token_id, ctx.batch_size)
+    input_ids = ctx.data["input_ids"]
+    scores = scoring.label_scores(ctx.model, input_ids, ctx.data["labels"], ctx.tokenizer.pad_token_id,
+                                  ctx.batch_size, ctx.row_inputs(input_ids))
     return scoring.loss_metrics(scores)
 
 
@@ -35,18 +51,21 @@ def generation_step(ctx: EvalContext) -> dict[str, float]:
     """Greedy answers to up to eval_max_samples prompts, scored against the reference answers."""
     pipeline = ctx.config.pipeline
     eos_ids = generation.eos_token_ids(ctx.tokenizer, ctx.model)
-    pairs = []
-    for input_ids, labels in zip(ctx.data["input_ids"], ctx.data["labels"], strict=True):
+    pairs, rows = [], []
+    for row, (input_ids, labels) in enumerate(zip(ctx.data["input_ids"], ctx.data["labels"], strict=True)):
         if len(pairs) >= pipeline.eval_max_samples:
             break
         split = generation.split_prompt_answer(input_ids, labels, eos_ids)
         if split is not None:
             pairs.append(split)
+            rows.append(row)
     if not pairs:
         return {}
+    prompts = [prompt for prompt, _ in pairs]
     answers = generation.generate_greedy(
-        ctx.model, [prompt for prompt, _ in pairs], pad_id=ctx.tokenizer.pad_token_id, eos_ids=eos_ids,
-        max_new_tokens=pipeline.eval_max_new_tokens, batch_size=ctx.batch_size)
+        ctx.model, prompts, pad_id=ctx.tokenizer.pad_token_id, eos_ids=eos_ids,
+        max_new_tokens=pipeline.eval_max_new_tokens, batch_size=ctx.batch_size,
+        row_inputs=ctx.row_inputs(prompts, rows))
     decode = ctx.tokenizer.decode
     predictions = [decode(a, skip_special_tokens=True) for a in answers]
     references = [decode(ref, skip_special_tokens=True) for _, ref in pairs]
@@ -72,8 +91,9 @@ def unpaired_step(ctx: EvalContext) -> dict[str, float]:
     (desirable, undesirable) combination, the summed label log-prob again standing in for the reward."""
     if "labels" not in ctx.data.column_names:
         return {}
-    scores = scoring.label_scores(ctx.model, ctx.data["input_ids"], ctx.data["labels"],
-                                  ctx.tokenizer.pad_token_id, ctx.batch_size)
+    input_ids = ctx.data["input_ids"]
+    scores = scoring.label_scores(ctx.model, input_ids, ctx.data["labels"], ctx.tokenizer.pad_token_id,
+                                  ctx.batch_size, ctx.row_inputs(input_ids))
     metrics = scoring.loss_metrics(scores)
     if "kto_tags" in ctx.data.column_names:
         tags = list(ctx.data["kto_tags"])
@@ -121,6 +141,8 @@ def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None)
     """{"metrics", "num_samples", "predictions"} for the model at adapter_dir (or the base model)."""
     import torch
 
+    from tuneline.data import build_collator
+    from tuneline.data.mm.run_media import dataset_media
     from tuneline.model import load_tokenizer
 
     torch.manual_seed(int(config.training.get("seed", 42)))
@@ -128,7 +150,9 @@ def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None)
     tokenizer = load_tokenizer(config.model)
     model = load_eval_model(config, tokenizer, adapter_dir)
     batch_size = int(config.training.get("per_device_eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE)
-    ctx = EvalContext(config, model, tokenizer, data, batch_size, predictions=[])
+    media = dataset_media(config, tokenizer, [data])
+    ctx = EvalContext(config, model, tokenizer, data, batch_size, predictions=[],
+                      media=media and build_collator(config.stage, tokenizer, media=media))
     metrics: dict[str, float] = {}
     for step in STAGE_STEPS[config.stage]:
         metrics.update(step(ctx))

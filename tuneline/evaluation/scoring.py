@@ -34,10 +34,14 @@ def pad_rows(rows: Sequence[Sequence[int]], value: int, left: bool = False):
     return out
 
 
+def to_device(inputs: dict, device) -> dict:
+    return {key: value.to(device) if hasattr(value, "to") else value for key, value in inputs.items()}
+
+
 def label_scores(model, input_ids: Sequence[Sequence[int]], labels: Sequence[Sequence[int]], pad_id: int,
-                 batch_size: int) -> dict[str, list]:
+                 batch_size: int, row_inputs=None) -> dict[str, list]:
     """Per row: "logp" (sum of label-token log-probs), "tokens" (label count), "correct" (argmax hits), in the rows'
-    order; rows are batched by length."""
+    order; rows are batched by length. `row_inputs(rows, length, left)`: more forward inputs for those rows."""
     import torch
 
     from tuneline.logps import label_logits
@@ -52,7 +56,8 @@ def label_scores(model, input_ids: Sequence[Sequence[int]], labels: Sequence[Seq
             ids = pad_rows(rows, pad_id).to(device)
             mask = pad_rows([[1] * len(r) for r in rows], 0).to(device)
             gold = pad_rows([labels[i] for i in chunk], IGNORE_INDEX).to(device)
-            logits, targets, row_of = label_logits(model, ids, mask, gold)
+            extra = row_inputs(chunk, ids.shape[1], False) if row_inputs else {}
+            logits, targets, row_of = label_logits(model, ids, mask, gold, **to_device(extra, device))
             logp = -torch.nn.functional.cross_entropy(logits, targets, reduction="none")
             hits = (logits.argmax(-1) == targets).long()
             zeros = torch.zeros(len(chunk), device=device)

@@ -12,8 +12,8 @@ device, which is why the choice is here and not in the config:
   gpu-check`) compares them with padded batches; flex_attention is fastest there but compiles, so it is the
   user's choice, not a silent switch from sdpa.
 
-Only sft's plain rows are flattened: rm, dpo and kto pair or score whole rows, ppo generates, and eager attention
-is asked for by name.
+Only sft's plain rows are flattened: rm, dpo and kto pair or score whole rows, ppo generates, eager attention
+is asked for by name, and a vision-language model's rows carry images whose tokens must stay where they are.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ class Batching:
     attention: str  # the attn_implementation the training model is loaded with
 
 
+def vision_language(config: RunConfig) -> bool:
+    from tuneline.model.processor import load_model_config
+    from tuneline.model.vision import is_vision_language
+
+    return is_vision_language(load_model_config(config))
+
+
 def training_device(config: RunConfig) -> str:
     return "cpu" if trains_on_cpu(config) else "cuda"
 
@@ -41,7 +48,7 @@ def batching(config: RunConfig, device: str) -> Batching:
     attention = config.model.attn_implementation
     if problem := attention_problem(attention, device == "cuda"):
         raise UserError(problem)
-    padding_free = config.stage == "sft" and attention != "eager"
+    padding_free = config.stage == "sft" and attention != "eager" and not vision_language(config)
     if padding_free and device == "cpu":
         from tuneline.model.packed_attention import register_packed_sdpa
 

@@ -19,6 +19,7 @@ from tuneline.train.checkpoints import TRAINER_STATE, publish, staging_root
 log = logging.getLogger(__name__)
 
 # finetuning key that turns a custom optimizer on -> the tuneline.model function that builds it.
+MEDIA_LOADER_WORKERS = 2  # default DataLoader workers when rows hold images: they decode while the model trains
 CUSTOM_OPTIMIZERS = (("loraplus_lr_ratio", "create_loraplus_optimizer"), ("use_badam", "create_badam_optimizer"))
 
 
@@ -173,7 +174,7 @@ def build_trainer(config, spec: StageSpec, model, tokenizer, datasets, collator,
         processing_class=tokenizer, callbacks=callbacks, compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess, finetuning_args=config.finetuning,
         train_collator=(build_collator(spec.name, tokenizer, flatten=True)
-                        if batching(config, training_device(config)).flatten else None))
+                        if getattr(collator, "media", None) is None and batching(config, training_device(config)).flatten else None))
 
 
 def train_and_evaluate(trainer, config, spec: StageSpec, tokenizer) -> dict[str, Any]:
@@ -223,7 +224,9 @@ def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec)
     from transformers import set_seed
 
     from tuneline.data import build_collator, load_processed
+    from tuneline.data.mm.run_media import dataset_media
     from tuneline.model.loader import load_model
+    from tuneline.model.processor import SaveProcessorCallback
     from tuneline.model.tokenizer import load_tokenizer
     from tuneline.train.callbacks import MlflowMetricsCallback, build_callbacks
     from tuneline.train.training_args import build_training_args
@@ -235,8 +238,13 @@ def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec)
         spec = replace(spec, trainer_class=partial(spec.trainer_class, **spec.trainer_kwargs(config, datasets, tokenizer)))
     set_seed(args.seed)
     model = load_model(config, tokenizer, is_trainable=args.do_train, add_valuehead=spec.add_valuehead)
-    collator = build_collator(spec.name, tokenizer, config.data.pad_to_multiple_of)
+    media = dataset_media(config, tokenizer, [split_of(datasets, "train"), split_of(datasets, "validation")])
+    collator = build_collator(spec.name, tokenizer, config.data.pad_to_multiple_of, media=media)
     callbacks = build_callbacks(config, args.output_dir, extra_callbacks)
+    if media is not None:
+        callbacks.append(SaveProcessorCallback(media.processor))
+        if "dataloader_num_workers" not in config.training:  # images are decoded beside the training loop
+            args.dataloader_num_workers = MEDIA_LOADER_WORKERS
     trainer = build_trainer(config, spec, model, tokenizer, datasets, collator, callbacks, args=args)
     try:
         metrics = train_and_evaluate(trainer, config, spec, tokenizer)

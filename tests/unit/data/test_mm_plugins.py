@@ -10,7 +10,7 @@ from mm_fixtures import DEMO_IMAGES, load_parity_benchmark
 from PIL import Image
 
 from tuneline.data.mm import MediaSettings, get_mm_plugin, vision_requirements_problem
-from tuneline.data.mm.media import image_size, limited_size, regularize_image, sample_indices
+from tuneline.data.mm.pixels import image_size, limited_size, regularize_image, sample_indices
 from tuneline.data.mm.plugins import PLUGINS, frame_times
 from tuneline.data.mm.requirements import torchvision_works
 from tuneline.data.template_catalog import TEMPLATES

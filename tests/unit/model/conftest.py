@@ -33,18 +33,3 @@ def batch():
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(4, 500, (2, 12), generator=generator)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-
-
-@pytest.fixture(scope="session")
-def tiny_vlm(tmp_path_factory):
-    """`tiny_vlm("llava")`: the folder of a tiny vision-language preset, built once per test session."""
-    from tuneline.tiny_vlm import build_tiny_vlm
-
-    built = {}
-
-    def folder(preset: str):
-        if preset not in built:
-            built[preset] = build_tiny_vlm(tmp_path_factory.mktemp(preset) / "model", preset)
-        return built[preset]
-
-    return folder

@@ -2,7 +2,8 @@
 
 `get_mm_plugin(template.mm_plugin)` gives the plugin; `MediaSettings` holds LLaMA-Factory's image/video limits."""
 
-from tuneline.data.mm.media import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER, MediaSettings
+from tuneline.data.media import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
+from tuneline.data.mm.pixels import MediaSettings
 from tuneline.data.mm.plugins import PLUGINS, MMPlugin, get_mm_plugin
 from tuneline.data.mm.requirements import vision_requirements_problem
 

@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tuneline.data.mm.media import (
-    IMAGE_PLACEHOLDER,
-    VIDEO_PLACEHOLDER,
+from tuneline.data.media import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
+from tuneline.data.mm.pixels import (
     MediaSettings,
     SampledVideo,
     image_size,

@@ -12,7 +12,6 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER = "<image>", "<video>"
 QWEN_MIN_SIDE = 28  # Qwen-VL's vision tower needs a 28-pixel side (one merged 2x2 block of 14-pixel patches)
 QWEN_MAX_RATIO, QWEN_CUT_RATIO = 200, 180  # past 200:1 the long side is cut to 180 times the short one
 

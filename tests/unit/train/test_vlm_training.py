@@ -1,0 +1,102 @@
+"""sft with images on the tiny vision-language models: LLaMA-Factory's mllm_demo built, batched with pixels and
+trained through the training child's own path, the processor saved, the held-out rows scored with their images."""
+
+from __future__ import annotations
+
+import pytest
+from train_helpers import make_config
+
+from tuneline.errors import ConfigError
+
+MLLM_DATA = "tests/fixtures/llamafactory/0.9.5/data"
+
+
+def vlm_config(tiny_vlm, tmp_path, preset: str, **keys):
+    from train_helpers import REPO_ROOT
+
+    values = dict(dataset="mllm_demo", dataset_dir=str(REPO_ROOT / MLLM_DATA), template=preset, finetuning_type="lora",
+                  lora_target="all", per_device_train_batch_size=2, max_steps=2, save_steps=1, val_size=2)
+    return make_config(tiny_vlm(preset), tmp_path / "out", **{**values, **keys})
+
+
+class FirstBatch:
+    """Keeps the first training batch, as the trainer's own DataLoader made it."""
+
+    def __new__(cls):
+        from transformers import TrainerCallback
+
+        class Keeper(TrainerCallback):
+            batch = None
+
+            def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+                Keeper.batch = next(iter(train_dataloader))
+
+        return Keeper()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["gemma3", "llava"])
+def test_sft_trains_on_the_images_and_saves_the_processor(tiny_vlm, tmp_path, preset):
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.evaluation.run import run_evaluation
+    from tuneline.model.processor import load_processor
+    from tuneline.train.sft import run
+
+    config = vlm_config(tiny_vlm, tmp_path, preset)
+    ref = build_dataset(config)
+    train = load_processed(ref)["train"]
+    processor = load_processor(config)
+    image_token = processor.tokenizer.convert_tokens_to_ids(
+        processor.image_token if preset == "llava" else "<image_soft_token>")
+    row = train[0]
+    per_image = train[0]["input_ids"].count(image_token) // len(row["images"])
+    assert per_image > 1 and all(path.endswith(".jpg") for path in row["images"])  # expanded at build time
+
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    images = sum(len(train[i]["images"]) for i in range(len(train)))
+    assert batch["pixel_values"].shape[0] == sum(
+        (batch["input_ids"] == image_token).sum(-1).tolist()) // per_image <= images
+    if preset == "gemma3":  # the soft tokens attend to each other both ways: marked, padded as the ids
+        assert batch["token_type_ids"].shape == batch["input_ids"].shape
+        assert batch["token_type_ids"].sum() == (batch["input_ids"] == image_token).sum()
+    out = tmp_path / "out"
+    assert result["global_step"] == 2
+    for folder in (out, out / "checkpoint-1", out / "checkpoint-2"):
+        assert (folder / "processor_config.json").is_file(), folder
+
+    scored = run_evaluation(config, ref, str(out))  # held-out rows scored with their images
+    assert scored["num_samples"] == 2 and "eval_loss" in scored["metrics"]
+
+
+def test_the_images_change_what_the_model_computes(tiny_vlm, tmp_path):
+    """The pixels the collator adds reach the forward: the loss moves when they are left out."""
+    import torch
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+
+    config = vlm_config(tiny_vlm, tmp_path, "gemma3")
+    train = load_processed(build_dataset(config))["train"]
+    tokenizer = load_tokenizer(config.model)
+    collator = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))
+    batch = collator([train[0], train[1]])
+    model = load_model(config, tokenizer, is_trainable=False)
+    with torch.no_grad():
+        seen = model(**batch).loss
+        blind = model(**{k: v for k, v in batch.items() if k not in ("pixel_values", "token_type_ids")}).loss
+    assert not torch.isclose(seen, blind)
+
+
+def test_image_rows_need_a_vision_template_and_model(tiny_vlm, tiny_model_dir, tmp_path):
+    from tuneline.data import build_dataset
+
+    with pytest.raises(ConfigError, match="'template: chatml' reads text only"):
+        build_dataset(vlm_config(tiny_vlm, tmp_path, "gemma3", template="chatml"))
+    text_model = vlm_config(tiny_vlm, tmp_path, "gemma3", model_name_or_path=str(tiny_model_dir))
+    with pytest.raises(ConfigError, match="text-only model"):
+        build_dataset(text_model)
+    with pytest.raises(ConfigError, match="'stage: pt' does not train on"):
+        build_dataset(vlm_config(tiny_vlm, tmp_path, "gemma3", stage="pt"))

@@ -1,0 +1,76 @@
+"""What a run with images or videos encodes them with: the template's plugin, the model's processor and the pixel
+limits of the config, checked together before any row is encoded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tuneline.data.mm.pixels import MediaSettings
+from tuneline.data.mm.plugins import MMPlugin, get_mm_plugin
+from tuneline.data.mm.requirements import vision_requirements_problem
+from tuneline.errors import ConfigError, UserError
+
+MEDIA_SETTINGS = ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_fps",
+                  "video_maxlen")
+MEDIA_STAGES = ("sft",)  # stages whose encoding and batches carry images
+
+
+@dataclass(frozen=True)
+class RunMedia:
+    plugin: MMPlugin
+    processor: Any
+    settings: MediaSettings
+
+    def expand(self, messages: list[dict], images: list, videos: list) -> list[dict]:
+        return self.plugin.expand_messages(messages, images, videos, self.processor, self.settings)
+
+    def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]]) -> dict[str, Any]:
+        return self.plugin.batch_inputs(images, videos, batch_ids, self.processor, self.settings)
+
+
+def has_media(dataset) -> bool:
+    """Whether any row of an encoded or converted dataset names an image or a video."""
+    import pyarrow.compute as pc
+
+    for column in ("_images", "_videos", "images", "videos"):
+        if column in dataset.column_names and pc.max(pc.list_value_length(dataset.data.column(column))).as_py():
+            return True
+    return False
+
+
+def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
+    """The media encoding of a run whose data holds images or videos; refuses a config that cannot read them."""
+    from tuneline.model.processor import load_processor
+
+    if config.stage not in MEDIA_STAGES:
+        raise ConfigError(f"the dataset holds images or videos, which 'stage: {config.stage}' does not train on yet; "
+                          f"stages with images: {', '.join(MEDIA_STAGES)}")
+    if template.mm_plugin is None:
+        raise ConfigError(f"the dataset holds images or videos, but 'template: {template.name}' reads text only; "
+                          "use the model's vision-language template (gemma3, llava, qwen2_vl, qwen3_vl, "
+                          "qwen3_vl_nothink)")
+    if config.effective_packing:
+        raise ConfigError("'packing' joins rows, which rows with images cannot be; set 'packing: false'")
+    if problem := vision_requirements_problem(template.mm_plugin, has_videos):
+        raise UserError(problem)
+    processor = load_processor(config, tokenizer)
+    if processor is None:
+        raise ConfigError(f"the dataset holds images or videos, but 'model_name_or_path' "
+                          f"({config.model.model_name_or_path}) is a text-only model; use a vision-language model")
+    settings = MediaSettings(**{key: getattr(config.model, key) for key in MEDIA_SETTINGS})
+    return RunMedia(get_mm_plugin(template.mm_plugin), processor, settings)
+
+
+def dataset_media(config, tokenizer, splits) -> RunMedia | None:
+    """The media encoding of processed splits that hold images or videos (None for text): what training and
+    evaluation batch them with."""
+    from tuneline.data.template_catalog import get_template
+
+    present = [split for split in splits if split is not None and has_media(split)]
+    if not present:
+        return None
+    template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system,
+                            config.data.tool_date)
+    has_videos = any(has_media(split.select_columns(["videos"])) for split in present)
+    return run_media(config, tokenizer, template, has_videos)
