@@ -153,7 +153,7 @@ print(json.dumps(results))
 def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
     """tuneline's results, shaped like LLaMA-Factory's."""
     from tuneline.data.mm import MediaSettings, get_mm_plugin
-    from tuneline.data.mm.media import regularize_image
+    from tuneline.data.mm.pixels import regularize_image
     from tuneline.data.template_catalog import TEMPLATES
 
     results = {}
