@@ -10,7 +10,8 @@ before the first log line are warm-up), peak GPU memory (`peak_gpu_memory_mb`: t
 the training process), the final loss, and the whole command's wall time.
 
 First, `benchmarks/batching.py` compares padded and padding-free sft batches per attention kernel on the same
-model sizes (`--no-batching` skips it).
+model sizes (`--no-batching` skips it), and where torchvision imports, `benchmarks/vision_check.py` trains the four
+tiny vision-language presets on LLaMA-Factory's image demo (Qwen-VL processors need torchvision).
 
 Model FLOPs utilisation = flops_per_token x tokens/s / the card's dense bf16 peak, with flops_per_token = 6 x N for
 full tuning (forward 2N, input gradients 2N, weight gradients 2N; Kaplan's 6N) and 4 x N for LoRA, QLoRA and dpo
@@ -254,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_batching:  # padded against padding-free batches per attention, on the same sizes
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "batching.py"), "--device", args.device,
                         "--preset", args.preset, "--json", str(work / "batching.json")], check=False)
+    if importlib.util.find_spec("torchvision"):  # the Qwen-VL families, which need it, and the others
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "vision_check.py"), "--device", args.device],
+                       check=False)
     gpu = device_name(args.device)
     peak = peak_tflops(gpu, args.peak_tflops)
     if not (work / "model" / "config.json").is_file():

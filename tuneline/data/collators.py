@@ -89,7 +89,7 @@ class Collator:
             return {}
         inputs = self.media.batch_inputs(images, videos, [list(f["input_ids"]) for f in features])
         for key, value in inputs.items():
-            if isinstance(value, list):  # one list per row, unpadded
+            if isinstance(value, list) and value and isinstance(value[0], list):  # one list per row, unpadded
                 gaps = [[0] * (length - len(row)) for row in value]
                 inputs[key] = torch.tensor([gap + row if left else row + gap for row, gap in zip(value, gaps, strict=True)])
         return dict(inputs)

@@ -155,3 +155,15 @@ def test_vision_requirements_name_torchvision_when_it_is_missing():
     else:
         assert "torchvision" in problem and "'qwen2_vl'" in problem and "pip install torchvision" in problem
         assert "reading videos" in vision_requirements_problem("llava", has_videos=True)
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen3_vl"])
+def test_qwen_marks_image_and_video_pads_where_the_processor_returns_their_types(processors, name):
+    """transformers' Qwen-VL processors (from 5.17) return `mm_token_type_ids`, and their models refuse pixels
+    without them; a processor that does not name them gets none."""
+    plugin, processor = get_mm_plugin(name), processors[name]
+    image_pad, video_pad = processor.tokenizer.convert_tokens_to_ids(["<|image_pad|>", "<|video_pad|>"])
+    ids = [[7, image_pad, image_pad, 8], [image_pad, video_pad]]
+    assert "mm_token_type_ids" not in plugin.batch_inputs([IMAGE], [], ids, processor)
+    newer = SimpleNamespace(**{**vars(processor), "model_input_names": [*processor.model_input_names, "mm_token_type_ids"]})
+    assert plugin.batch_inputs([IMAGE], [], ids, newer)["mm_token_type_ids"] == [[0, 1, 1, 0], [1, 2]]

@@ -149,6 +149,18 @@ class Qwen2VLPlugin(MMPlugin):
             texts.append(VISION_BOS + self.video_token * (frames * height * width // merge) + VISION_EOS)
         return texts
 
+    def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]], processor: Any,
+                     settings: MediaSettings = MediaSettings()) -> dict[str, Any]:
+        """Adds `mm_token_type_ids` (1 on image pads, 2 on video pads; unpadded lists) where the processor returns
+        them: transformers from 5.17 computes Qwen-VL's multimodal rotary positions from them, and refuses pixels
+        without them."""
+        inputs = super().batch_inputs(images, videos, batch_ids, processor, settings)
+        if "mm_token_type_ids" in getattr(processor, "model_input_names", ()):
+            kinds = {processor.tokenizer.convert_tokens_to_ids(self.image_token): 1,
+                     processor.tokenizer.convert_tokens_to_ids(self.video_token): 2}
+            inputs["mm_token_type_ids"] = [[kinds.get(token, 0) for token in ids] for ids in batch_ids]
+        return inputs
+
     def video_grid(self, video: SampledVideo, processor: Any, settings: MediaSettings) -> tuple[int, int, int]:
         """(temporal, height, width) patches of a sampled video: frames come in pairs, each frame resized like an
         image under the video pixel limits and then to the video processor's pixel range."""

@@ -1,0 +1,127 @@
+"""Vision-language families end to end where torchvision loads: `python benchmarks/vision_check.py [--device cuda]
+[--presets qwen2_vl,qwen3_vl,gemma3,llava] [--steps 10]` (`make gpu-check` runs it when torchvision imports).
+
+For each tiny preset (`tuneline tiny-model --preset NAME`): the processor loads through `tuneline.model.processor`
+(Qwen-VL's needs torchvision), tuneline's plugin expands LLaMA-Factory's mllm_demo rows and is compared with the
+processor's own expansion of the same text and images (the count of image tokens per image), then the collator's
+pixels go through the model for --steps AdamW steps on the same batch (loss first and last). Needs torch,
+transformers, tokenizers and PIL beside tuneline's own modules (no Prefect, MLflow or datasets). Figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tuneline from this checkout, installed or not
+DATA = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data"
+
+
+def demo_rows(count: int) -> list[dict]:
+    rows = json.loads((DATA / "mllm_demo.json").read_text())[:count]
+    return [{"messages": row["messages"], "images": [str(DATA / image) for image in row["images"]]} for row in rows]
+
+
+def check(preset: str, device: str, steps: int, work: Path) -> dict:
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from tuneline.config import load_config
+    from tuneline.data.collators import build_collator
+    from tuneline.data.mm import get_mm_plugin
+    from tuneline.data.mm.run_media import RunMedia
+    from tuneline.data.template_catalog import get_template
+    from tuneline.model.processor import load_processor
+    from tuneline.tiny_vlm import build_tiny_vlm
+
+    template_name = {"qwen3_vl": "qwen3_vl_nothink"}.get(preset, preset)
+    folder = build_tiny_vlm(work / preset, preset)
+    config = load_config(None, {"model_name_or_path": str(folder), "dataset": "unused", "template": template_name},
+                         check_paths=False)
+    processor = load_processor(config)
+    template = get_template(template_name, processor.tokenizer)
+    plugin = get_mm_plugin(template.mm_plugin)
+    media = RunMedia(plugin, processor, _settings(config))
+    tokenizer = processor.tokenizer
+    image_id = tokenizer.convert_tokens_to_ids(plugin.image_token)
+
+    rows, features, agree = demo_rows(4), [], 0
+    for row in rows:
+        expanded = media.expand(row["messages"], row["images"], [])
+        ids = [t for part in template.encode_many(tokenizer, [(expanded, None, None)], False)[0] for t in part]
+        ours = ids.count(image_id)
+        features.append({"input_ids": ids, "attention_mask": [1] * len(ids), "labels": ids, "images": row["images"],
+                         "videos": []})
+        theirs = _processor_count(processor, row, image_id)
+        agree += int(ours == theirs)
+    collator = build_collator("sft", tokenizer, media=media)
+    batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in collator(features).items()}
+    model = AutoModelForImageTextToText.from_pretrained(folder).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return {"preset": preset, "rows": len(rows), "image_tokens_agree": agree,
+            "pixel_values": list(batch["pixel_values"].shape), "loss_first": losses[0], "loss_last": losses[-1]}
+
+
+def _settings(config):
+    from tuneline.data.mm.pixels import MediaSettings
+    from tuneline.data.mm.run_media import MEDIA_SETTINGS
+
+    return MediaSettings(**{key: getattr(config.model, key) for key in MEDIA_SETTINGS})
+
+
+def _processor_count(processor, row: dict, image_id: int) -> int | None:
+    """Image tokens the processor itself writes for the row's text and images (None where it cannot say)."""
+    from PIL import Image
+
+    from tuneline.data.media import IMAGE_PLACEHOLDER
+
+    token = getattr(processor, "image_token", None)
+    if token is None:
+        return None
+    text = "".join(m["content"] for m in row["messages"]).replace(IMAGE_PLACEHOLDER, token)
+    images = [Image.open(path).convert("RGB") for path in row["images"]]
+    try:
+        out = processor(text=[text], images=images, return_tensors="pt")
+    except Exception:  # noqa: BLE001 - a processor that refuses this layout: no comparison, said in the table
+        return None
+    return int((out["input_ids"] == image_id).sum())
+
+
+def main() -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--presets", default="qwen2_vl,qwen3_vl,gemma3,llava")
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as work:
+        for preset in args.presets.split(","):
+            try:
+                results.append(check(preset, args.device, args.steps, Path(work)))
+            except Exception as exc:  # noqa: BLE001 - one family failing must not hide the others
+                results.append({"preset": preset, "failed": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            print(json.dumps(results[-1]), flush=True)
+    print("\n| preset | rows | image tokens = processor's | pixel_values | loss first -> last |\n|---|---|---|---|---|")
+    for r in results:
+        if "failed" in r:
+            print(f"| {r['preset']} | failed: {r['failed']} | | | |")
+        else:
+            print(f"| {r['preset']} | {r['rows']} | {r['image_tokens_agree']}/{r['rows']} | {r['pixel_values']} | "
+                  f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
