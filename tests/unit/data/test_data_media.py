@@ -86,7 +86,7 @@ def test_rlhf_v_pairs_carry_their_image(media_data_dir, make_config, stage):
 # --- paths
 
 
-def test_text_and_image_rows_mix_in_one_dataset_and_build(media_data_dir, make_config):
+def test_text_and_image_rows_mix_in_one_dataset_and_build(media_data_dir, make_config, tiny_vlm):
     one = str(media_data_dir / "mllm_demo_data" / "1.jpg")
     rows = [{"instruction": "Say hi.", "output": "hi"},
             {"instruction": "<image>What is this?", "output": "Players.", "images": "mllm_demo_data/2.jpg"},
@@ -97,7 +97,8 @@ def test_text_and_image_rows_mix_in_one_dataset_and_build(media_data_dir, make_c
     assert [ex["_images"] for ex in examples] == [[], [str(media_data_dir / "mllm_demo_data" / "2.jpg")], [one], []]
     assert [ex["_videos"] for ex in examples] == [[]] * 4
     write_dataset(media_data_dir, "text", [{"instruction": "Add 1 and 2.", "output": "3"}])
-    ref = build_dataset(make_config(dataset="text,mixed"))  # a text dataset and a media one concatenate
+    vision = {"model_name_or_path": str(tiny_vlm("gemma3")), "template": "gemma3"}
+    ref = build_dataset(make_config(dataset="text,mixed", **vision))  # a text dataset and a media one concatenate
     assert ref["train_rows"] == 5 and ref["bad_rows"] == {}
 
 
@@ -190,13 +191,14 @@ def test_each_bad_image_is_a_named_bad_row(media_data_dir, make_config, case):
     assert got.startswith(f"{media_data_dir / 'bad.json'}: row 2, column 'images': {message.format(data=media_data_dir)}"), got
 
 
-def test_a_bad_image_stops_the_build_before_tokenizing_or_is_skipped(media_data_dir, make_config):
+def test_a_bad_image_stops_the_build_before_tokenizing_or_is_skipped(media_data_dir, make_config, tiny_vlm):
     rows = [{"instruction": "<image>Fine?", "output": "Yes.", "images": "mllm_demo_data/3.jpg"},
             {"instruction": "<image>Who?", "output": "A player.", "images": [_cut_jpeg(media_data_dir)]}]
     write_dataset(media_data_dir, "bad", rows, ALPACA_IMAGES)
+    vision = {"model_name_or_path": str(tiny_vlm("gemma3")), "template": "gemma3"}
     with pytest.raises(DataError, match=r"bad\.json: row 2, column 'images': bad image: .*cut\.jpg' does not decode"):
-        build_dataset(make_config(dataset="bad"))
-    ref = build_dataset(make_config(dataset="bad", on_bad_rows="skip"))
+        build_dataset(make_config(dataset="bad", **vision))
+    ref = build_dataset(make_config(dataset="bad", on_bad_rows="skip", **vision))
     assert (ref["train_rows"], ref["bad_rows"]) == (1, {"bad image": 1})
 
 

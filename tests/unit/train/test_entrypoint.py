@@ -199,3 +199,44 @@ def test_cpu_processes_get_the_cores_not_one_thread(tiny_model_dir, tmp_path, mo
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice wins
     cmd = launch_command(make_config(tiny_model_dir, tmp_path / "out"), "c.yaml")
     assert cmd[cmd.index("--num_cpu_threads_per_process") + 1] == "3"
+
+
+def test_a_killed_vision_training_resumes_exactly(tiny_vlm, tmp_path):
+    """sft on LLaMA-Factory's image demo with a tiny Gemma 3, its images decoded by two DataLoader workers (the
+    default for image rows): killed after a checkpoint, the same command ends as the uninterrupted run."""
+    import yaml
+    from train_helpers import REPO_ROOT, config_values
+
+    from tuneline.data import build_dataset
+
+    model = tiny_vlm("gemma3")
+    settings = {**RESUME_SETTINGS, "dataset": "mllm_demo", "template": "gemma3", "cutoff_len": 512, "max_steps": 8,
+                "per_device_train_batch_size": 2,
+                "dataset_dir": str(REPO_ROOT / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data")}
+    ref = build_dataset(make_config(model, tmp_path / "unused", **settings))
+    configs = {}
+    for name in ("reference", "killed"):
+        values = config_values(model, tmp_path / name, **settings)
+        del values["dataloader_num_workers"]  # the default for image rows
+        configs[name] = tmp_path / f"{name}.yaml"
+        configs[name].write_text(yaml.safe_dump(values))
+    reference = subprocess.Popen(train_cmd(configs["reference"], ref["path"]), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(train_cmd(configs["killed"], ref["path"]), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    killed_dir = tmp_path / "killed"
+    while victim.poll() is None and not complete_checkpoints(killed_dir):
+        time.sleep(0.02)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    killed_at = checkpoint_step(complete_checkpoints(killed_dir)[-1])
+    assert killed_at < 8, "killed too late to test resume"
+    resumed = subprocess.run(train_cmd(configs["killed"], ref["path"]), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert reference.wait() == 0
+    expected, got = step_losses(tmp_path / "reference"), step_losses(killed_dir)
+    assert sorted(expected) == sorted(got) == list(range(1, 9))
+    for step in range(killed_at, 9):
+        assert got[step] == pytest.approx(expected[step], abs=1e-6), step
+    assert_same_weights(adapter_weights(tmp_path / "reference"), adapter_weights(killed_dir))
+    assert (killed_dir / "processor_config.json").is_file()
