@@ -1,4 +1,5 @@
-"""`tuneline export CONFIG`: merge LoRA adapters into the base and save a standalone model with its tokenizer.
+"""`tuneline export CONFIG`: merge LoRA adapters into the base and save a standalone model with its tokenizer (and
+a vision-language model's processor).
 
 With no trained model and no `adapter_name_or_path` there is nothing to export: a refusal, never the untouched base
 under a new name. Merging happens in fp32 on the CPU, whatever the training precision, so the merged weights are
@@ -87,6 +88,7 @@ def _merged_model(config: RunConfig, tokenizer):
 
 def export_model(config: RunConfig) -> Path:
     """Write the merged model (safetensors shards of `export_size` GB, or .bin) and tokenizer to `export_dir`."""
+    from tuneline.model.processor import load_processor, save_processor
     from tuneline.model.tokenizer import load_tokenizer
 
     target = _check_export(config)
@@ -98,6 +100,8 @@ def export_model(config: RunConfig) -> Path:
         model = _merged_model(config, tokenizer).to(_saved_dtype(config))
         model.save_pretrained(str(tmp), max_shard_size=f"{config.model.export_size}GB")
         tokenizer.save_pretrained(str(tmp))
+        if (processor := load_processor(config, tokenizer)) is not None:  # a vision-language model reads images
+            save_processor(processor, tmp)
     if config.model.export_legacy_format:
         _to_legacy_bin(tmp)
     record = {"model_name_or_path": config.model.model_name_or_path, "trained_in": trained_in,

@@ -69,6 +69,16 @@ def test_sft_trains_on_the_images_and_saves_the_processor(tiny_vlm, tmp_path, pr
     scored = run_evaluation(config, ref, str(out))  # held-out rows scored with their images
     assert scored["num_samples"] == 2 and "eval_loss" in scored["metrics"]
 
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from tuneline.export import export_model
+
+    exported = vlm_config(tiny_vlm, tmp_path / "export", preset, adapter_name_or_path=str(out),
+                          export_dir=str(tmp_path / "merged"))
+    merged = export_model(exported)
+    assert AutoProcessor.from_pretrained(merged).image_processor is not None  # `tuneline export` keeps the processor
+    assert AutoModelForImageTextToText.from_pretrained(merged).config.model_type == preset
+
 
 def test_the_images_change_what_the_model_computes(tiny_vlm, tmp_path):
     """The pixels the collator adds reach the forward: the loss moves when they are left out."""
