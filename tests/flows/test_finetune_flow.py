@@ -37,14 +37,15 @@ def run_flow(config_path, overrides=None, settings=None):
     state = finetune(str(config_path), settings=settings, overrides=overrides or [], return_state=True)
     assert state.is_completed(), state.message
     result = dict(state.result(), flow_run_id=state.state_details.flow_run_id)
-    return result, task_states(state.state_details.flow_run_id)
+    return result, task_states(state.state_details.flow_run_id, last="model-card")  # a completed flow's last step
 
 
-def task_states(flow_run_id) -> dict[str, list[str]]:
+def task_states(flow_run_id, last: str | None = None) -> dict[str, list[str]]:
     """{task name: [state names]} of one flow run, read back from the Prefect API.
 
-    The server records task-run states from events, a moment after the flow returns: read until each run's
-    state is final (a fast cached step was once read back as 'Running', its final state not yet recorded).
+    The server records task runs and their states from events, a moment after the flow returns: read until each
+    run's state is final (a fast cached step was once read back as 'Running', its final state not yet recorded) and,
+    given `last`, until that step's run is recorded at all (under load it once was not yet).
     """
     import time
 
@@ -57,7 +58,11 @@ def task_states(flow_run_id) -> dict[str, list[str]]:
 
     deadline = time.monotonic() + 30
     runs = asyncio.run(read())
-    while any(run.state is None or not run.state.is_final() for run in runs) and time.monotonic() < deadline:
+    def recorded(runs) -> bool:
+        final = all(run.state is not None and run.state.is_final() for run in runs)
+        return final and (last is None or any(run.name.split(" ")[0] == last for run in runs))
+
+    while not recorded(runs) and time.monotonic() < deadline:
         time.sleep(0.2)
         runs = asyncio.run(read())
     out: dict[str, list[str]] = {}

@@ -80,7 +80,8 @@ CONTEXTS: dict[str, dict[str, Any]] = {
     "interleave_probs": {"dataset": "demo_sft,demo_sharegpt", "mix_strategy": "interleave_under"},
     "lr_scheduler_kwargs": {"lr_scheduler_type": "cosine_with_restarts"},
     **dict.fromkeys(["media_dir", "image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels",
-                     "video_fps", "video_maxlen"], {"dataset": "mllm_demo", "dataset_dir": "<media_data>"}),
+                     "video_fps", "video_maxlen"], {"dataset": "mllm_demo", "dataset_dir": "<media_data>",
+                                                    "model_name_or_path": "<vlm>", "template": "gemma3"}),
     "optim_args": {"optim": "sgd"},
     "optim_target_modules": {"optim": "galore_adamw"},
     **dict.fromkeys(["dataloader_persistent_workers", "dataloader_prefetch_factor"], {"dataloader_num_workers": 1}),
@@ -481,6 +482,7 @@ def world(tiny_model_dir, tmp_path_factory):
 
     from tuneline.model import load_tokenizer
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.tiny_vlm import build_tiny_vlm
 
     tmp = tmp_path_factory.mktemp("keys")
     other = build_tiny_model(tmp / "model2", **{**TINY_PRESETS["test"], "num_hidden_layers": 3})
@@ -497,7 +499,8 @@ def world(tiny_model_dir, tmp_path_factory):
     (tmp / "rm.yaml").write_text(f"stage: rm\nmodel_name_or_path: {tiny_model_dir}\ndataset: demo_pref\n")
     (tmp / "accelerate.yaml").write_text("distributed_type: NO\nnum_processes: 1\n")
     (tmp / "zero2.json").write_text(json.dumps({"zero_optimization": {"stage": 2}}))
-    places = {"<model2>": str(other), "<model>": str(tiny_model_dir), "<adapter>": str(tmp / "adapter"),
+    vlm = build_tiny_vlm(tmp / "vlm", "gemma3")  # image rows need a vision-language model
+    places = {"<model2>": str(other), "<model>": str(tiny_model_dir), "<vlm>": str(vlm), "<adapter>": str(tmp / "adapter"),
               "<data2>": str(tmp / "data2"), "<media_data>": str(tmp / "media_data"), "<media2>": str(tmp / "media2"),
               "<rm_config>": str(tmp / "rm.yaml"),
               "<accelerate>": str(tmp / "accelerate.yaml"), "<zero2>": str(tmp / "zero2.json"), "<tmp>": str(tmp)}
