@@ -33,7 +33,7 @@ def check(preset: str, device: str, steps: int, work: Path) -> dict:
     from tuneline.config import load_config
     from tuneline.data.collators import build_collator
     from tuneline.data.mm import get_mm_plugin
-    from tuneline.data.mm.run_media import RunMedia
+    from tuneline.data.mm.run_media import RunMedia, media_settings
     from tuneline.data.template_catalog import get_template
     from tuneline.model.processor import load_processor
     from tuneline.tiny_vlm import build_tiny_vlm
@@ -45,7 +45,7 @@ def check(preset: str, device: str, steps: int, work: Path) -> dict:
     processor = load_processor(config)
     template = get_template(template_name, processor.tokenizer)
     plugin = get_mm_plugin(template.mm_plugin)
-    media = RunMedia(plugin, processor, _settings(config))
+    media = RunMedia(plugin, processor, media_settings(config))
     tokenizer = processor.tokenizer
     image_id = tokenizer.convert_tokens_to_ids(plugin.image_token)
 
@@ -71,13 +71,6 @@ def check(preset: str, device: str, steps: int, work: Path) -> dict:
         losses.append(loss.item())
     return {"preset": preset, "rows": len(rows), "image_tokens_agree": agree,
             "pixel_values": list(batch["pixel_values"].shape), "loss_first": losses[0], "loss_last": losses[-1]}
-
-
-def _settings(config):
-    from tuneline.data.mm.pixels import MediaSettings
-    from tuneline.data.mm.run_media import MEDIA_SETTINGS
-
-    return MediaSettings(**{key: getattr(config.model, key) for key in MEDIA_SETTINGS})
 
 
 def _processor_count(processor, row: dict, image_id: int) -> int | None:

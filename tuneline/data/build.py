@@ -94,8 +94,7 @@ def _encode(config: RunConfig, dataset, tokenizer, template) -> tuple[Any, list[
     data = config.data
     media = None
     if has_media(dataset):
-        has_videos = "_videos" in dataset.column_names and has_media(dataset.select_columns(["_videos"]))
-        media = run_media(config, tokenizer, template, has_videos)
+        media = run_media(config, tokenizer, template, has_media(dataset, ("videos",)))
     encoder = Encoder(tokenizer, template, config.stage, data.cutoff_len, data.train_on_prompt, data.mask_history,
                       config.effective_packing, media)
     workers = data.preprocessing_num_workers if (data.preprocessing_num_workers or 1) > 1 else None

@@ -29,14 +29,19 @@ class RunMedia:
         return self.plugin.batch_inputs(images, videos, batch_ids, self.processor, self.settings)
 
 
-def has_media(dataset) -> bool:
-    """Whether any row of an encoded or converted dataset names an image or a video."""
+def has_media(dataset, kinds: tuple[str, ...] = ("images", "videos")) -> bool:
+    """Whether any row of an encoded (`images`) or converted (`_images`) dataset names media of these kinds."""
     import pyarrow.compute as pc
 
-    for column in ("_images", "_videos", "images", "videos"):
+    for column in [name for kind in kinds for name in (f"_{kind}", kind)]:
         if column in dataset.column_names and pc.max(pc.list_value_length(dataset.data.column(column))).as_py():
             return True
     return False
+
+
+def media_settings(config) -> MediaSettings:
+    """The config's pixel and frame limits."""
+    return MediaSettings(**{key: getattr(config.model, key) for key in MEDIA_SETTINGS})
 
 
 def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
@@ -58,8 +63,7 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
     if processor is None:
         raise ConfigError(f"the dataset holds images or videos, but 'model_name_or_path' "
                           f"({config.model.model_name_or_path}) is a text-only model; use a vision-language model")
-    settings = MediaSettings(**{key: getattr(config.model, key) for key in MEDIA_SETTINGS})
-    return RunMedia(get_mm_plugin(template.mm_plugin), processor, settings)
+    return RunMedia(get_mm_plugin(template.mm_plugin), processor, media_settings(config))
 
 
 def dataset_media(config, tokenizer, splits) -> RunMedia | None:
@@ -72,5 +76,5 @@ def dataset_media(config, tokenizer, splits) -> RunMedia | None:
         return None
     template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system,
                             config.data.tool_date)
-    has_videos = any(has_media(split.select_columns(["videos"])) for split in present)
+    has_videos = any(has_media(split, ("videos",)) for split in present)
     return run_media(config, tokenizer, template, has_videos)
