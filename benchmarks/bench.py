@@ -4,8 +4,9 @@ sft-lora,...] [--repeats 3] [--steps 30] [--no-extras] [--workdir DIR]`).
 LLaMA-Factory 0.9.5 runs from `.venv-peer` (the Makefile's `bench` target makes it; its pins clash with ours). Both
 systems get one YAML per pair, written here: LLaMA-Factory's key names and demo data (tests/fixtures/llamafactory),
 a Llama of hidden 256 and 4 layers built offline with a tokenizer trained on that data (so the step's matmuls, not
-the framework, set the pace), and the same cutoff_len, batch, accumulation, steps, seed, learning rate, gradient
-checkpointing and `val_size: 0.1` (both hold out the same rows; ours evaluates on them, LLaMA-Factory's examples
+the framework, set the pace; sft-vlm: mllm_demo replicated to 200 rows, each copy with its own image files, and
+the tiny llava of `tuneline tiny-model --preset llava` with the llava template), and the same cutoff_len, batch,
+accumulation, steps, seed, learning rate, gradient checkpointing and `val_size: 0.1` (both hold out the same rows; ours evaluates on them, LLaMA-Factory's examples
 set no `eval_strategy`, so it does not). The YAML differs only in the keys one system lacks (ours: the step cache, the MLflow store;
 theirs: `do_train`, `report_to: none`), and in what each does by default beyond training: ours evaluates the base
 and the tuned model (`eval_max_samples` rows of the held-out part) and records everything in MLflow.
@@ -72,7 +73,13 @@ PAIRS = {  # name -> keys on top of the shared ones (LLaMA-Factory's examples' v
                  "finetuning_type": "full"},
     "kto-lora": {"stage": "kto", "dataset": "kto_en_demo", "learning_rate": 5e-6, "pref_beta": 0.1, **LORA},
     "rm-lora": {"stage": "rm", "dataset": "dpo_en_demo", "learning_rate": 1e-4, **LORA},
+    # batch 4 x 1 (the others' 4 rows a step): with accumulation, LLaMA-Factory turns off transformers' token-count
+    # loss for any model with a processor (sft/trainer.py, `model_accepts_loss_kwargs = False`), tuneline keeps it
+    "sft-vlm": {"stage": "sft", "dataset": "mllm_bench", "template": "llava", "learning_rate": 1e-4,
+                "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, **LORA},
 }
+PAIR_MODELS = {"sft-vlm": "vlm-llava"}  # pair -> its model folder in the workdir (others: "model", the text Llama)
+VLM_ROWS = 200  # mllm_demo's 6 rows replicated (each copy with its own image files) as dataset "mllm_bench"
 OURS_ONLY = ("pipeline_cache_dir", "mlflow_tracking_uri", "mlflow_experiment")
 PPO_NOTE = ("ppo: not paired. LLaMA-Factory 0.9.5's PPO trainer needs trl's PPO classes, which no trl release it "
             "accepts still has (trl 0.24 in .venv-peer has none), so it cannot run.")
@@ -89,7 +96,8 @@ def shared_keys(work: Path, steps: int, checkpointing: bool) -> dict:
 def write_config(work: Path, system: str, pair: str, keys: dict, tag: str) -> tuple[Path, Path]:
     """The pair's YAML for one system and one run (its own output_dir and, for ours, caches and MLflow store)."""
     run_dir = work / "runs" / f"{pair}-{system}-{tag}"
-    values = {**keys, **PAIRS[pair], "output_dir": str(run_dir / "out")}
+    values = {**keys, **PAIRS[pair], "output_dir": str(run_dir / "out"),
+              "model_name_or_path": str(work / PAIR_MODELS.get(pair, "model"))}
     if system == "tuneline":
         values.update(pipeline_cache_dir=str(run_dir / "cache"), mlflow_tracking_uri=f"sqlite:///{run_dir}/mlflow.db",
                       mlflow_experiment="bench")
@@ -255,15 +263,22 @@ def prefect_server(work: Path):
         server.wait(timeout=30)
 
 
-def prepare(work: Path) -> None:
-    """LLaMA-Factory's demo data, and the model with a tokenizer trained on it (built offline, once)."""
+def prepare(work: Path, pairs: list[str]) -> None:
+    """LLaMA-Factory's demo data, and the model with a tokenizer trained on it (built offline, once); for sft-vlm,
+    mllm_demo replicated and the tiny llava (`tuneline tiny-model --preset llava`)."""
+    from mm_throughput import write_mm_data
+
     from tuneline.tiny_model import build_tiny_model
+    from tuneline.tiny_vlm import build_tiny_vlm
 
     data = work / "data"
     if not data.is_dir():
         shutil.copytree(LF_DATA, data)
     if not (work / "model" / "config.json").is_file():
         build_tiny_model(work / "model", **MODEL_SIZES, corpus_dir=data)
+    if "sft-vlm" in pairs and not (work / "vlm-llava" / "config.json").is_file():
+        write_mm_data(data, VLM_ROWS, "mllm_bench")
+        build_tiny_vlm(work / "vlm-llava", "llava")
 
 
 def median(rows: list[dict], key: str) -> float | None:
@@ -377,10 +392,11 @@ def main() -> None:
     if unknown := [n for n in names if n not in PAIRS]:
         sys.exit(f"--pairs: unknown {', '.join(unknown)}; choose from {', '.join(PAIRS)}")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="tuneline-bench-"))
-    prepare(work)
+    prepare(work, names)
     keys = shared_keys(work, args.steps, args.checkpointing)
     meta = {**machine(), "settings": f"{args.steps} steps of batch 2 x accumulation 2, cutoff_len 1024, gradient "
-            f"checkpointing {'on' if args.checkpointing else 'off'}, hidden 256 x 4 layers, median of {args.repeats}"}
+            f"checkpointing {'on' if args.checkpointing else 'off'}, hidden 256 x 4 layers (sft-vlm: the tiny llava), "
+            f"median of {args.repeats}"}
     rows: list[dict] = []
     with prefect_server(work) as prefect_env:
         for round_no in range(args.repeats):
