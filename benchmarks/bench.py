@@ -395,7 +395,7 @@ def main() -> None:
     prepare(work, names)
     keys = shared_keys(work, args.steps, args.checkpointing)
     meta = {**machine(), "settings": f"{args.steps} steps of batch 2 x accumulation 2, cutoff_len 1024, gradient "
-            f"checkpointing {'on' if args.checkpointing else 'off'}, hidden 256 x 4 layers (sft-vlm: the tiny llava), "
+            f"checkpointing {'on' if args.checkpointing else 'off'}, hidden 256 x 4 layers (sft-vlm: the tiny llava, batch 4 x 1), "
             f"median of {args.repeats}"}
     rows: list[dict] = []
     with prefect_server(work) as prefect_env:
