@@ -166,3 +166,26 @@ def test_rm_with_images_is_refused_naming_what_takes_them(tiny_vlm, tmp_path):
 
     with pytest.raises(ConfigError, match="'stage: rm' does not train on: .*'stage: dpo' or 'stage: kto'"):
         build_dataset(pref_config(tiny_vlm, tmp_path, "gemma3", stage="rm"))
+
+
+def test_an_edited_image_recomputes_the_reference_of_the_rows_that_name_it(tiny_vlm, tmp_path):
+    """The reference's per-row store is keyed by the images' content too: the same tokens with another picture at the
+    same path are computed again, the rows without it are reused."""
+    import shutil
+
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.reference import build_reference_logps
+
+    data = tmp_path / "data"
+    shutil.copytree(MM_DATA, data)
+    config = pref_config(tiny_vlm, tmp_path, "gemma3", dataset_dir=str(data), val_size=0, max_steps=-1,
+                         num_train_epochs=1)
+    first = build_reference_logps(config, build_dataset(config))
+    assert first["computed_rows"] == 4
+    shutil.copy(data / "mllm_demo_data" / "3.jpg", data / "mllm_demo_data" / "1.jpg")
+    second = build_reference_logps(config, build_dataset(config))
+    naming = [i for i, row in enumerate(load_processed(second["path"])["train"])
+              if any(path.endswith("/1.jpg") for path in row["images"])]
+    assert second["computed_rows"] == len(naming) == 2  # of four rows, two show 1.jpg
+    before, after = (load_processed(ref["path"])["train"]["ref_chosen_logps"] for ref in (first, second))
+    assert [i for i in range(4) if before[i] != after[i]] == naming
