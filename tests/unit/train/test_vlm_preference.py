@@ -100,7 +100,7 @@ def test_dpo_trains_on_the_images_with_a_reference_precomputed_from_them(tiny_vl
 
 def test_the_live_reference_and_the_policy_see_the_images_of_both_halves(tiny_vlm, tmp_path):
     """pair_logps over the collated batch differs when the pixels are blanked (token types kept): they reach the
-    forward of both halves."""
+    forward of both halves; the precompute, batching sequences its own way, computes the same log-probs."""
     import torch
 
     from tuneline.data import build_collator, build_dataset, load_processed
@@ -119,6 +119,11 @@ def test_the_live_reference_and_the_policy_see_the_images_of_both_halves(tiny_vl
         media = batch[MEDIA_INPUTS]
         blind = pair_logps(model, {**batch, MEDIA_INPUTS: {**media, "pixel_values": media["pixel_values"] * 0}})
     assert not torch.allclose(seen[0], blind[0]) and not torch.allclose(seen[1], blind[1])
+
+    from tuneline.reference.compute import compute_rows  # the precompute's own batches give the same numbers
+
+    precomputed = compute_rows(config, {"train": train}, {"train": [0, 1]})[0]["train"]
+    assert torch.allclose(torch.tensor(precomputed), torch.stack(seen[:2], -1), rtol=1e-4)
 
 
 @pytest.mark.slow
