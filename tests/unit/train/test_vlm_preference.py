@@ -93,6 +93,11 @@ def test_dpo_trains_on_the_images_with_a_reference_precomputed_from_them(tiny_vl
     logged = [entry for entry in result["metrics"].items() if entry[0].endswith("loss")]
     assert logged and all(math.isfinite(value) for _, value in logged)
     assert (tmp_path / "out" / "processor_config.json").is_file()
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "out" / "adapter_model.safetensors", "pt") as adapter:  # freeze defaults: text only
+        names = list(adapter.keys())
+    assert names and not any("vision" in name or "multi_modal_projector" in name for name in names)
 
     scored = run_evaluation(config, ref, str(tmp_path / "out"))  # held-out pairs scored with their images
     assert scored["num_samples"] == 1 and {"reward_accuracy", "reward_margin"} <= set(scored["metrics"])
