@@ -70,7 +70,46 @@ def check(preset: str, device: str, steps: int, work: Path) -> dict:
         optimizer.zero_grad()
         losses.append(loss.item())
     return {"preset": preset, "rows": len(rows), "image_tokens_agree": agree,
-            "pixel_values": list(batch["pixel_values"].shape), "loss_first": losses[0], "loss_last": losses[-1]}
+            "pixel_values": list(batch["pixel_values"].shape), "loss_first": losses[0], "loss_last": losses[-1],
+            **dpo_check(rows, media, template, model, device, steps)}
+
+
+def dpo_check(rows: list[dict], media, template, model, device: str, steps: int) -> dict:
+    """dpo on image pairs (each row's first question, its answer chosen, the next row's rejected): the pair collator's
+    one forward over [chosen; rejected] with both halves' pixels (Qwen-VL: their grids and mm_token_type_ids),
+    trained on the sigmoid loss without a reference; the pair loss first and last."""
+    import torch
+
+    from tuneline.data.collators import build_collator
+    from tuneline.data.processors import Encoder
+    from tuneline.logps import MEDIA_INPUTS, pair_logps
+
+    tokenizer = media.processor.tokenizer
+    first_turns = [row["messages"][:2] for row in rows]
+    batch = {"_prompt": [turns[:1] for turns in first_turns],
+             "_response": [[turns[1], first_turns[(i + 1) % len(rows)][1]] for i, turns in enumerate(first_turns)],
+             "_system": [None] * len(rows), "_tools": [None] * len(rows),
+             "_images": [row["images"][:turns[0]["content"].count("<image>")] for row, turns in zip(rows, first_turns, strict=True)],
+             "_videos": [[] for _ in rows]}
+    encoded = Encoder(tokenizer, template, "dpo", 4096, media=media)(batch)
+    features = [{key: values[i] for key, values in encoded.items()} for i in range(len(rows))]
+    pairs = _on_device(build_collator("dpo", tokenizer, media=media)(features), device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        chosen, rejected, _, _ = pair_logps(model, pairs, tokenizer.pad_token_id or 0)
+        loss = -torch.nn.functional.logsigmoid(0.1 * (chosen - rejected)).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return {"dpo_pixel_values": list(pairs[MEDIA_INPUTS]["pixel_values"].shape), "dpo_loss_first": losses[0],
+            "dpo_loss_last": losses[-1]}
+
+
+def _on_device(batch: dict, device: str) -> dict:
+    return {k: _on_device(v, device) if isinstance(v, dict) else v.to(device) if hasattr(v, "to") else v
+            for k, v in batch.items()}
 
 
 def _processor_count(processor, row: dict, image_id: int) -> int | None:
@@ -107,13 +146,15 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - one family failing must not hide the others
                 results.append({"preset": preset, "failed": f"{type(exc).__name__}: {str(exc)[:300]}"})
             print(json.dumps(results[-1]), flush=True)
-    print("\n| preset | rows | image tokens = processor's | pixel_values | loss first -> last |\n|---|---|---|---|---|")
+    print("\n| preset | rows | image tokens = processor's | pixel_values | loss first -> last | dpo pair pixel_values "
+          "| dpo loss first -> last |\n|---|---|---|---|---|---|---|")
     for r in results:
         if "failed" in r:
-            print(f"| {r['preset']} | failed: {r['failed']} | | | |")
+            print(f"| {r['preset']} | failed: {r['failed']} | | | | | |")
         else:
             print(f"| {r['preset']} | {r['rows']} | {r['image_tokens_agree']}/{r['rows']} | {r['pixel_values']} | "
-                  f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} |")
+                  f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} | {r['dpo_pixel_values']} | "
+                  f"{r['dpo_loss_first']:.3f} -> {r['dpo_loss_last']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ import functools
 import inspect
 
 IGNORE_INDEX = -100
+# A preference batch's vision inputs (pixels, per-token types) for the forward over its `<prefix>` sequences, under
+# `<prefix>media_inputs`; pairs: one set for [chosen; rejected] (tuneline.data.collators makes them).
+MEDIA_INPUTS = "media_inputs"
 
 
 def projects_selected_positions(model) -> bool:
@@ -52,11 +55,12 @@ def label_logits(model, input_ids, attention_mask, labels, **inputs):
     return logits.reshape(-1, logits.size(-1)).float(), targets[counted], counted.nonzero()[:, 0]
 
 
-def sequence_logps(model, input_ids, attention_mask, labels):
-    """(sum of log p(label) over labelled tokens, number of labelled tokens) per row; logits in float32."""
+def sequence_logps(model, input_ids, attention_mask, labels, **inputs):
+    """(sum of log p(label) over labelled tokens, number of labelled tokens) per row; logits in float32;
+    `inputs`: more of the forward's inputs (a vision model's pixels)."""
     import torch
 
-    logits, targets, rows = label_logits(model, input_ids, attention_mask, labels)
+    logits, targets, rows = label_logits(model, input_ids, attention_mask, labels, **inputs)
     token_logps = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     sums = torch.zeros(input_ids.size(0), dtype=token_logps.dtype, device=token_logps.device)
     return sums.index_add(0, rows, token_logps), (labels[:, 1:] != IGNORE_INDEX).sum(-1)
@@ -76,7 +80,7 @@ def pair_logps(model, batch, pad_token_id: int = 0):
     input_ids = pad_right([batch["chosen_input_ids"], batch["rejected_input_ids"]], pad_token_id)
     attention_mask = pad_right([batch["chosen_attention_mask"], batch["rejected_attention_mask"]], 0)
     labels = pad_right([batch["chosen_labels"], batch["rejected_labels"]], IGNORE_INDEX)
-    sums, lengths = sequence_logps(model, input_ids, attention_mask, labels)
+    sums, lengths = sequence_logps(model, input_ids, attention_mask, labels, **batch.get(MEDIA_INPUTS, {}))
     rows = batch["chosen_input_ids"].size(0)
     return sums[:rows], sums[rows:], lengths[:rows], lengths[rows:]
 
@@ -84,4 +88,4 @@ def pair_logps(model, batch, pad_token_id: int = 0):
 def completion_logps(model, batch, prefix: str = ""):
     """Summed log-probs of the completions in `<prefix>input_ids` (KTO: prefix '' or 'kl_')."""
     return sequence_logps(model, batch[f"{prefix}input_ids"], batch[f"{prefix}attention_mask"],
-                          batch[f"{prefix}labels"])
+                          batch[f"{prefix}labels"], **batch.get(f"{prefix}{MEDIA_INPUTS}", {}))

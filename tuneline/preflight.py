@@ -14,7 +14,7 @@ from tuneline.config.validate import badam_problems
 from tuneline.data.template_catalog import AUTO, TEMPLATES
 from tuneline.data.tools import TOOL_FORMATS
 from tuneline.devices import gpu_count
-from tuneline.errors import did_you_mean
+from tuneline.errors import DataError, did_you_mean
 from tuneline.publish import hub_token_problems
 from tuneline.requirements import missing_requirements
 from tuneline.secrets import is_secret
@@ -54,10 +54,25 @@ def secret_override_problems(overrides: list[str] | dict | None) -> list[str]:
 
 def machine_and_library_problems(config: RunConfig) -> list[str]:
     cuda = gpu_count() > 0 and not config.training.get("use_cpu")
-    problems = template_problems(config) + missing_requirements(config, cuda) + hub_token_problems(config)
+    problems = (template_problems(config) + missing_requirements(config, cuda) + hub_token_problems(config)
+                + hub_media_problems(config))
     if cuda and not config.pipeline.num_processes and not badam_problems(config):  # one process per GPU
         problems += badam_problems(config, gpu_count())
     return problems
+
+
+def hub_media_problems(config: RunConfig) -> list[str]:
+    """Hub entries with images or videos whose local copy is missing (LLaMA-Factory's `rlhf_v`), said before the flow
+    starts; every other entry problem is the build step's to report."""
+    from tuneline.data.registry import parse_entry, read_info, remote_media_problem
+
+    names = config.dataset_names + config.eval_dataset_names
+    try:
+        info = read_info(config.data.dataset_dir) if names else {}
+        attrs = [parse_entry(name, info[name]) for name in names if name in info]
+    except DataError:
+        return []
+    return [problem for attr in attrs if (problem := remote_media_problem(attr, config.data.dataset_dir))]
 
 
 def template_problems(config: RunConfig) -> list[str]:

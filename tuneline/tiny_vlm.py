@@ -206,6 +206,17 @@ VLM_PRESETS: dict[str, VisionFamily] = {
 }
 
 
+def see_images(model) -> None:
+    """Gives zero-initialized projector weights (Gemma 3's `mm_input_projection_weight`) random values: at zero
+    every image reaches the language model as the same zeros, and no test could tell whether pixels arrive."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "multi_modal_projector" in name and param.dim() > 1 and not param.any():
+                param.normal_(0.0, param.shape[0] ** -0.5)
+
+
 def build_tiny_vlm(out_dir: str | Path, preset: str, *, seed: int = 0, corpus_dir: str | Path | None = None) -> Path:
     """Build the preset's model, tokenizer and processor files into `out_dir` (replaced whole)."""
     import torch
@@ -220,6 +231,7 @@ def build_tiny_vlm(out_dir: str | Path, preset: str, *, seed: int = 0, corpus_di
                                 family.named, family.eos_token, family.chat_template)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(family.config(tokenizer))
+    see_images(model)
     model.generation_config = GenerationConfig(**_ids(tokenizer))
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

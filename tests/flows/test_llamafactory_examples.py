@@ -92,12 +92,28 @@ def test_a_method_tuneline_has_not_built_is_refused_before_anything_starts(check
     assert not out.exists()
 
 
-# LLaMA-Factory's Qwen3-VL examples (its data: mllm_demo, identity, alpaca_en_demo), on tiny models of the families
-# that run here: Qwen-VL processors need torchvision, which does not load beside this CPU torch.
+# LLaMA-Factory's Qwen3-VL examples (its data: mllm_demo, identity, alpaca_en_demo; rlhf_v from its local copy), on
+# tiny models of the families that run here: Qwen-VL processors need torchvision, which does not load beside this CPU
+# torch.
 VISION_TRAINED = {
     "examples/train_lora/qwen3vl_lora_sft.yaml": "adapter_model.safetensors",
     "examples/train_full/qwen3vl_full_sft.yaml": "model.safetensors",
+    "examples/train_lora/qwen3vl_lora_dpo.yaml": "adapter_model.safetensors",
 }
+RLHF_V_PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "llamafactory-mm" / "rlhf_v_demo.json"
+
+
+def local_rlhf_v(checkout: Path) -> Path:
+    """A data dir as a LLaMA-Factory user with the hub dataset `llamafactory/RLHF-V` on disk has it: LLaMA-Factory's
+    dataset_info.json unchanged (its `rlhf_v` entry names the hub id), the rows under data/llamafactory/RLHF-V/, the
+    images they name beside them."""
+    data = checkout / "data-rlhf-v"
+    if not data.exists():
+        shutil.copytree(checkout / "data" / "mllm_demo_data", data / "mllm_demo_data")
+        shutil.copy(checkout / "data" / "dataset_info.json", data)
+        (data / "llamafactory" / "RLHF-V").mkdir(parents=True)
+        shutil.copy(RLHF_V_PAIRS, data / "llamafactory" / "RLHF-V")
+    return data
 
 
 @pytest.mark.acceptance
@@ -107,8 +123,9 @@ def test_a_vision_example_config_trains_unchanged_on_a_tiny_vision_model(prefect
                                                                          example, preset):
     monkeypatch.chdir(checkout)
     out = checkout / "saves" / f"{preset}_{example.replace('/', '_')}"
+    data = [f"dataset_dir={local_rlhf_v(checkout)}"] if "dpo" in example else []
     train(checkout, example, f"model_name_or_path={tiny_vlm(preset)}", f"template={preset}", f"output_dir={out}",
-          f"max_steps={STEPS}")
+          f"max_steps={STEPS}", *data)
 
     assert (out / VISION_TRAINED[example]).is_file() and (out / "processor_config.json").is_file()
     logged = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
@@ -116,7 +133,8 @@ def test_a_vision_example_config_trains_unchanged_on_a_tiny_vision_model(prefect
 
 
 def test_vision_examples_are_refused_up_front_where_they_cannot_run(checkout, tiny_vlm, monkeypatch, capsys):
-    """Qwen3-VL's own template needs torchvision here; its dpo example trains on images, which dpo does not yet."""
+    """Qwen3-VL's own template needs torchvision here; its dpo example's `rlhf_v` is a hub dataset with images, read
+    only from a local copy (see local_rlhf_v), which LLaMA-Factory's data folder does not hold."""
     from flows.cli import run
     from tuneline.data.mm.requirements import torchvision_works
 
@@ -131,7 +149,7 @@ def test_vision_examples_are_refused_up_front_where_they_cannot_run(checkout, ti
     assert run(["train", "examples/train_lora/qwen3vl_lora_dpo.yaml", f"model_name_or_path={tiny_vlm('gemma3')}",
                 "template=gemma3", f"output_dir={out}", f"max_steps={STEPS}"]) == 2
     refused = capsys.readouterr().err
-    assert "rlhf_v" in refused and "Traceback" not in refused
+    assert "dataset 'rlhf_v'" in refused and "llamafactory/RLHF-V" in refused and "Traceback" not in refused
     assert not out.exists()
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tuneline.logps import MEDIA_INPUTS
+
 IGNORE = -100
 
 _PAIR = [[f"{s}_{c}" for s in ("chosen", "rejected") for c in ("input_ids", "attention_mask", "labels")]]
@@ -28,6 +30,8 @@ STAGE_GROUPS: dict[str, list[list[str]]] = {
     "ppo": [["input_ids", "attention_mask"]],
 }
 LEFT_PADDED = ("ppo",)
+# Stages whose rows hold several sequences that one forward reads together, in this order, padded to one length.
+SEQUENCE_PREFIXES = {"rm": ("chosen_", "rejected_"), "dpo": ("chosen_", "rejected_")}
 
 
 def _pad_value(column: str, pad_id: int) -> int:
@@ -75,8 +79,24 @@ class Collator:
             batch.pop("attention_mask", None)
             batch["use_cache"] = False
         if self.media is not None:
-            batch.update(self.media_inputs(features, batch["input_ids"].shape[1]))
+            batch.update(self.stage_media(features, batch))
         return batch
+
+    def stage_media(self, features: list[dict], batch: dict) -> dict:
+        """The batch's media inputs where the stage's forward reads them: beside the ids (sft); under
+        MEDIA_INPUTS for the one forward over [chosen; rejected] (rm, dpo: each row's images twice, as
+        LLaMA-Factory's pairwise collator gives them); under MEDIA_INPUTS and `kl_`MEDIA_INPUTS for kto's two
+        forwards (the mismatched completion follows the row's own prompt, so its own images)."""
+        if self.stage in SEQUENCE_PREFIXES:
+            prefixes = SEQUENCE_PREFIXES[self.stage]
+            halves = [{"input_ids": f[f"{prefix}input_ids"], "images": f.get("images"), "videos": f.get("videos")}
+                      for prefix in prefixes for f in features]
+            return {MEDIA_INPUTS: self.media_inputs(halves, batch[f"{prefixes[0]}input_ids"].shape[1])}
+        if self.stage == "kto":
+            return {f"{prefix}{MEDIA_INPUTS}": self.media_inputs(
+                [{**f, "input_ids": f[f"{prefix}input_ids"]} for f in features], batch[f"{prefix}input_ids"].shape[1])
+                for prefix in ("", "kl_")}
+        return self.media_inputs(features, batch["input_ids"].shape[1])
 
     def media_inputs(self, features: list[dict], length: int, left: bool = False) -> dict:
         """The pixels of the batch's images and videos (decoded here, in the DataLoader's workers), and any per-token

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuneline.data.registry import DatasetAttr
+from tuneline.data.registry import DatasetAttr, has_media_columns
 from tuneline.errors import DataError
 
 SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".txt")
@@ -60,7 +60,7 @@ def read_rows(attr: DatasetAttr, dataset_dir: str | Path,
     path = attr.path(dataset_dir)
     if is_saved_dataset(path):
         return _read_saved(attr, path), []
-    if attr.source == "hf_hub":
+    if attr.source == "hf_hub" and not (has_media_columns(attr) and path.exists()):  # media rows: read as files
         return _read_hub(attr, str(path) if path.exists() else attr.location, cache_dir), []
     if not path.exists():
         raise DataError(f"dataset '{attr.name}': file '{path}' does not exist")

@@ -104,9 +104,26 @@ def dataset_attrs(names: list[str], dataset_dir: str | Path) -> list[DatasetAttr
             attrs.append(parse_entry(name, info[name]))
         except DataError as exc:
             problems += exc.problems
+            continue
+        if hub_media_problem := remote_media_problem(attrs[-1], dataset_dir):
+            problems.append(hub_media_problem)
     if problems:
         raise DataError(problems)
     return attrs
+
+
+def has_media_columns(attr: DatasetAttr) -> bool:
+    return bool(attr.images or attr.videos)
+
+
+def remote_media_problem(attr: DatasetAttr, dataset_dir: str | Path) -> str | None:
+    """Why a hub entry with media columns cannot be read: media are files on disk, so its rows must be there too,
+    in `dataset_dir/<hub id>` (where a hub entry's local copy is looked for first) -- None when they are."""
+    if attr.source != "hf_hub" or not has_media_columns(attr) or attr.path(dataset_dir).exists():
+        return None
+    return (f"dataset '{attr.name}': images and videos of a hub dataset ('hf_hub_url: {attr.location}') are not "
+            f"read from the hub; put its rows (JSON naming image files) in the folder '{attr.path(dataset_dir)}', "
+            "which this entry then reads, or name a local file with 'file_name'")
 
 
 def parse_entry(name: str, entry: Any) -> DatasetAttr:
@@ -142,10 +159,6 @@ def parse_entry(name: str, entry: Any) -> DatasetAttr:
                 problems.append(f"dataset '{name}': unknown {group} key '{key}'{did_you_mean(key, keys)}")
             else:
                 setattr(attr, key, value)
-    if source == "hf_hub" and (attr.images or attr.videos):
-        problems.append(f"dataset '{name}': images and videos of a hub dataset ('hf_hub_url') are not supported; "
-                        "download the dataset, write its media as files and its rows as JSON naming their paths, "
-                        "and name that file with 'file_name'")
     if problems:
         raise DataError(problems)
     return attr

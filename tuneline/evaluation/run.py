@@ -78,12 +78,15 @@ def pairwise_step(ctx: EvalContext) -> dict[str, float]:
     """Loss on the chosen responses, and reward accuracy/margin with the summed label log-prob as reward."""
     if "chosen_input_ids" not in ctx.data.column_names:
         return unpaired_step(ctx)
-    pad = ctx.tokenizer.pad_token_id
-    chosen = scoring.label_scores(ctx.model, ctx.data["chosen_input_ids"], ctx.data["chosen_labels"], pad,
-                                  ctx.batch_size)
-    rejected = scoring.label_scores(ctx.model, ctx.data["rejected_input_ids"], ctx.data["rejected_labels"], pad,
-                                    ctx.batch_size)
+    chosen, rejected = (side_scores(ctx, side) for side in ("chosen", "rejected"))
     return {**scoring.loss_metrics(chosen), **scoring.pairwise_metrics(chosen["logp"], rejected["logp"])}
+
+
+def side_scores(ctx: EvalContext, side: str) -> dict[str, list]:
+    """label_scores of one side of the pairs, each sequence with its row's images."""
+    input_ids = ctx.data[f"{side}_input_ids"]
+    return scoring.label_scores(ctx.model, input_ids, ctx.data[f"{side}_labels"], ctx.tokenizer.pad_token_id,
+                                ctx.batch_size, ctx.row_inputs(input_ids))
 
 
 def unpaired_step(ctx: EvalContext) -> dict[str, float]:

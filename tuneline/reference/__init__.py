@@ -18,7 +18,7 @@ from tuneline.losses import REFERENCE_FREE
 from tuneline.reference.compute import REF_COLUMNS, TOKEN_COLUMNS
 from tuneline.reference.rows import visit_plan, visited_rows
 from tuneline.reference.source import load_reference_model, reference_config, reference_source, rows_key
-from tuneline.reference.store import RowStore, row_digests
+from tuneline.reference.store import RowStore, row_digests, with_media
 from tuneline.step_cache import cached_step
 
 __all__ = ["REF_COLUMNS", "STEP", "TOKEN_COLUMNS", "build_reference_logps", "load_reference_model",
@@ -95,10 +95,13 @@ def _build(config, dataset_ref: dict, folder: Path) -> dict[str, Any]:
     known = {} if config.pipeline.refresh_cache else store.load()
     plan = visit_plan(config)
     digests = {}  # split -> {row: digest}, in visiting order
+    hasher = FileHasher(memo_dir(config))
     for split, dataset in datasets.items():
         rows = visited_rows(plan, len(dataset)) if split == "train" else None  # evaluation reads every row
         rows = list(range(len(dataset))) if rows is None else rows
-        digests[split] = dict(zip(rows, row_digests(dataset, TOKEN_COLUMNS[stage], rows), strict=True))
+        named = with_media(row_digests(dataset, TOKEN_COLUMNS[stage], rows), dataset, rows, hasher.hash_file)
+        digests[split] = dict(zip(rows, named, strict=True))
+    hasher.save()
     computed, used = _compute_missing(config, datasets, digests, known)
     store.add(computed)
     known.update(computed)

@@ -63,10 +63,11 @@ def compute_rows(config, datasets, rows: dict[str, list[int]]) -> tuple[dict[str
 
     device = reference_device(config)
     tokenizer = load_tokenizer(config.model)
+    media = media_collator(config, tokenizer, [datasets[split] for split in rows])
     with torch_threads(usable_cores()) if device.type == "cpu" else nullcontext():
         model, context = load_for_precompute(config, tokenizer, device)
         batch_size = int(config.training.get("per_device_eval_batch_size") or 8)
-        values = {split: split_rows(model, context, datasets[split], indices, config, tokenizer, batch_size)
+        values = {split: split_rows(model, context, datasets[split], indices, config, tokenizer, batch_size, media)
                   for split, indices in rows.items() if indices}
         used = {"device": str(device), "threads": torch.get_num_threads()}
     del model, context
@@ -89,8 +90,18 @@ def load_for_precompute(config, tokenizer, device):
     return model.eval(), context
 
 
-def split_rows(model, context, dataset, rows: list[int], config, tokenizer, batch_size: int):
-    """Reference values of `rows` of one split, in `rows` order: each row's sequences summed, in length batches."""
+def media_collator(config, tokenizer, splits):
+    """The collator that makes the pixels of rows with images (as the trainer's makes them), or None for text."""
+    from tuneline.data import build_collator
+    from tuneline.data.mm.run_media import dataset_media
+
+    media = dataset_media(config, tokenizer, splits)
+    return None if media is None else build_collator(config.stage, tokenizer, media=media)
+
+
+def split_rows(model, context, dataset, rows: list[int], config, tokenizer, batch_size: int, media=None):
+    """Reference values of `rows` of one split, in `rows` order: each row's sequences summed, in length batches;
+    `media`: a collator whose `media_inputs` give each sequence its row's images (decoded here)."""
     import torch
 
     from tuneline.logps import IGNORE_INDEX, pad_right, sequence_logps
@@ -101,7 +112,7 @@ def split_rows(model, context, dataset, rows: list[int], config, tokenizer, batc
     precision = training_precision(config)
     autocast = torch.autocast(device.type, dtype=getattr(torch, PRECISION_DTYPES[precision]),
                               enabled=precision != "fp32")  # as accelerate runs the trainer's live reference
-    view = dataset.select_columns(list(TOKEN_COLUMNS[config.stage]))
+    view = dataset.select_columns(list(TOKEN_COLUMNS[config.stage]) + (["images", "videos"] if media else []))
     items = [(row, name) for name in columns for row in rows]
     lengths = [n for prefix in columns.values() for n in sequence_lengths(dataset, rows, f"{prefix}input_ids")]
     pad = tokenizer.pad_token_id or 0
@@ -109,12 +120,17 @@ def split_rows(model, context, dataset, rows: list[int], config, tokenizer, batc
     with torch.inference_mode(), context(), autocast:
         for batch in batches_by_length(lengths, 2 * batch_size):
             tensors = {key: [] for key in ("input_ids", "attention_mask", "labels")}
+            sequences = []
             for row, name in (items[i] for i in batch):
                 features = view[row]
                 for key, values in tensors.items():
                     values.append(torch.tensor([features[f"{columns[name]}{key}"]], device=device))
-            sums, _ = sequence_logps(model, pad_right(tensors["input_ids"], pad),
-                                     pad_right(tensors["attention_mask"], 0), pad_right(tensors["labels"], IGNORE_INDEX))
+                sequences.append({**features, "input_ids": features[f"{columns[name]}input_ids"]})
+            input_ids = pad_right(tensors["input_ids"], pad)
+            extra = media.media_inputs(sequences, input_ids.shape[1]) if media else {}
+            sums, _ = sequence_logps(model, input_ids, pad_right(tensors["attention_mask"], 0),
+                                     pad_right(tensors["labels"], IGNORE_INDEX),
+                                     **{k: v.to(device) if hasattr(v, "to") else v for k, v in extra.items()})
             found.update(zip((items[i] for i in batch), sums.float().cpu().tolist(), strict=True))
     return [tuple(found[row, name] for name in columns) for row in rows]
 

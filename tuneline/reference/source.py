@@ -8,6 +8,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from tuneline.data.mm.run_media import MEDIA_SETTINGS
 from tuneline.devices import gpu_count
 from tuneline.fingerprint import FileHasher, fingerprint
 
@@ -48,7 +49,7 @@ def rows_key(config, hasher: FileHasher) -> str:
     }
     on_gpu = bool(gpu_count()) and not config.training.get("use_cpu")
     precision = {k: bool(config.training.get(k)) for k in ("bf16", "fp16")} | {"device": "cuda" if on_gpu else "cpu"}
-    settings = {k: getattr(config.model, k) for k in _MODEL_SETTINGS}
+    settings = {k: getattr(config.model, k) for k in (*_MODEL_SETTINGS, *MEDIA_SETTINGS)}  # pixel limits: images
     code = {p.name: hasher.hash_file(p) for p in _COMPUTE_CODE}
     return fingerprint("reference-rows", source, content, settings, precision, config.stage, code)
 

@@ -1,6 +1,6 @@
 """Reference log-probs kept per row across runs, so a run that needs more rows computes only the ones not there.
 
-Each row is named by a sha256 over the token columns the reference reads, so the same row in another dataset or
+Each row is named by a sha256 over the token columns the reference reads (and its images' content), so the same row in another dataset or
 run is found again. A shard that does not load is moved aside with a warning and its rows are computed again."""
 
 from __future__ import annotations
@@ -39,6 +39,23 @@ def row_digests(dataset, columns: tuple[str, ...], rows: list[int] | None = None
                 digest.update(tokens.tobytes())
             digests.append(digest.digest())
     return digests
+
+
+def with_media(digests: list[bytes], dataset, rows: list[int], hash_file) -> list[bytes]:
+    """The digests extended by the content of each row's images and videos (`hash_file(path)`), so a row whose
+    tokens stay but whose image changed is computed again; unchanged for a split without media columns."""
+    kinds = [kind for kind in ("images", "videos") if kind in dataset.column_names]
+    if not kinds:
+        return digests
+    media = dataset.select(rows).select_columns(kinds).to_list()
+    out = []
+    for digest, row in zip(digests, media, strict=True):
+        extended = hashlib.sha256(digest)
+        for kind in kinds:
+            for path in row[kind] or ():
+                extended.update(f"{kind}:{hash_file(path)};".encode())
+        out.append(extended.digest())
+    return out
 
 
 class RowStore:

@@ -262,9 +262,30 @@ def test_audio_and_hub_media_are_refused_with_what_to_do(media_data_dir, make_co
     with pytest.raises(DataError, match="dataset 'voice': columns key 'audios': audio is not supported; remove the "
                                         "column and its <audio> placeholders"):
         converted(make_config, "voice")
-    with pytest.raises(DataError, match=r"dataset 'hub_pics': images and videos of a hub dataset \('hf_hub_url'\) "
-                                        "are not supported; download the dataset"):
+    with pytest.raises(DataError, match=r"dataset 'hub_pics': images and videos of a hub dataset \('hf_hub_url: "
+                                        r"llamafactory/RLHF-V'\) are not read from the hub; put its rows .* in the "
+                                        f"folder '{media_data_dir / 'llamafactory' / 'RLHF-V'}'"):
         converted(make_config, "hub_pics", stage="dpo")
+
+
+def test_a_hub_entry_with_images_reads_its_local_copy_in_dataset_dir(media_data_dir, make_config):
+    """LLaMA-Factory's own `rlhf_v` entry names the hub dataset: its rows in dataset_dir/<hub id> are read as files,
+    each bad row named by its file."""
+    info = json.loads((media_data_dir / "dataset_info.json").read_text())
+    info["rlhf_v"] = {"hf_hub_url": "llamafactory/RLHF-V", **{k: v for k, v in info["rlhf_v"].items()
+                                                               if k != "file_name"}}
+    (media_data_dir / "dataset_info.json").write_text(json.dumps(info))
+    local = media_data_dir / "llamafactory" / "RLHF-V"
+    local.mkdir(parents=True)
+    rows = json.loads((media_data_dir / "rlhf_v_demo.json").read_text())
+    rows[1]["images"] = ["mllm_demo_data/missing.jpg"]
+    (local / "train.json").write_text(json.dumps(rows))
+    loaded = converted(make_config, "rlhf_v", stage="dpo")
+    assert [ex["_images"] for ex in loaded.per_dataset[0]][0] == [str(media_data_dir / "mllm_demo_data" / "1.jpg")]
+    assert len(loaded.per_dataset[0]) == 3
+    assert bad_messages(loaded) == [f"{local / 'train.json'}: row 2, column 'images': media file missing: image "
+                                    f"'{media_data_dir / 'mllm_demo_data' / 'missing.jpg'}' does not exist (a relative "
+                                    "path starts at media_dir, which defaults to dataset_dir)"]
 
 
 def test_media_dir_is_a_data_key(media_data_dir, make_config, tmp_path):

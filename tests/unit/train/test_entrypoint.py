@@ -201,18 +201,22 @@ def test_cpu_processes_get_the_cores_not_one_thread(tiny_model_dir, tmp_path, mo
     assert cmd[cmd.index("--num_cpu_threads_per_process") + 1] == "3"
 
 
-def test_a_killed_vision_training_resumes_exactly(tiny_vlm, tmp_path):
-    """sft on LLaMA-Factory's image demo with a tiny Gemma 3, its images decoded by two DataLoader workers (the
-    default for image rows): killed after a checkpoint, the same command ends as the uninterrupted run."""
+@pytest.mark.parametrize(("stage", "dataset", "data_dir"), [
+    ("sft", "mllm_demo", "llamafactory/0.9.5/data"),
+    ("dpo", "rlhf_v", "llamafactory-mm"),  # the reference live: the policy with its adapter off, on the images too
+])
+def test_a_killed_vision_training_resumes_exactly(tiny_vlm, tmp_path, stage, dataset, data_dir):
+    """sft and dpo on image rows with a tiny Gemma 3, the images decoded by two DataLoader workers (the default for
+    image rows): killed after a checkpoint, the same command ends as the uninterrupted run."""
     import yaml
     from train_helpers import REPO_ROOT, config_values
 
     from tuneline.data import build_dataset
 
     model = tiny_vlm("gemma3")
-    settings = {**RESUME_SETTINGS, "dataset": "mllm_demo", "template": "gemma3", "cutoff_len": 512, "max_steps": 8,
-                "per_device_train_batch_size": 2,
-                "dataset_dir": str(REPO_ROOT / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data")}
+    settings = {**RESUME_SETTINGS, "stage": stage, "dataset": dataset, "template": "gemma3", "cutoff_len": 512,
+                "max_steps": 8, "per_device_train_batch_size": 2,
+                "dataset_dir": str(REPO_ROOT / "tests" / "fixtures" / data_dir)}
     ref = build_dataset(make_config(model, tmp_path / "unused", **settings))
     configs = {}
     for name in ("reference", "killed"):
