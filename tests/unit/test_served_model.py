@@ -70,7 +70,7 @@ def test_the_champion_loads_with_mlflow_pyfunc_and_answers_through_the_training_
     expected = {"answer": greedy_answer(tiny_model_dir, adapter, QUESTION), "tool_calls": []}
     assert model.predict({"prompt": QUESTION}) == [expected]
     assert model.predict({"messages": [{"role": "user", "content": QUESTION}]}) == [expected]
-    assert model.metadata.get_input_schema().input_names() == ["messages", "prompt", "system", "tools"]
+    assert model.metadata.get_input_schema().input_names() == ["messages", "prompt", "system", "tools", "images"]
 
     shorter = mlflow.pyfunc.load_model(f"models:/{NAME}/1", model_config={"max_new_tokens": 2})
     assert expected["answer"].startswith(shorter.predict({"prompt": QUESTION})[0]["answer"]), \

@@ -1,0 +1,88 @@
+"""A registered vision-language model answers requests that carry images (paths on the serving machine, or base64),
+through `mlflow.pyfunc.load_model` as a user loads it; the answers match the model's own processor and `generate`.
+
+The version is recorded as the finetune flow records it (start_run, record_training, record_results on a real SQLite
+store); the tiny LLaVA's own files stand for a full fine-tuning's output."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+
+import pytest
+from test_chat_images import MLLM_DATA, QUESTION, noise_image, processor_answer
+
+from tuneline import tracking
+from tuneline.errors import UserError
+
+NAME = "tiny-vlm-chat"
+
+
+@pytest.fixture(scope="module")
+def served(tiny_vlm, empty_mlflow_store, tmp_path_factory, monkeypatch_module):
+    """The champion of NAME loaded by MLflow; the trained output_dir is deleted, so it answers from the store."""
+    import mlflow
+
+    from tuneline.config import load_config
+    from tuneline.pipeline import keys
+    from tuneline.pipeline.record import record_results, record_training, start_run
+
+    root = tmp_path_factory.mktemp("served-vlm")
+    shutil.copyfile(empty_mlflow_store, root / "mlflow.db")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    out = shutil.copytree(tiny_vlm("llava"), root / "out")
+    (out / "run.json").write_text(json.dumps({"status": "complete"}))
+    config = load_config(None, {"model_name_or_path": str(tiny_vlm("llava")), "stage": "sft",
+                                "finetuning_type": "full", "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
+                                "template": "llava", "output_dir": str(out), "do_sample": False, "max_new_tokens": 6,
+                                "mlflow_tracking_uri": uri, "mlflow_registered_model": NAME}, check_paths=False)
+    dataset_fp = keys.dataset_key(config)
+    run = start_run(config, dataset_fp, None, None)
+    record_training(run, config, {"output_dir": str(out)})
+    assert record_results(run, config, {}, {}, dataset_fp) == "1"
+    tracking.set_alias(uri, NAME, "champion", "1")
+    shutil.rmtree(out)
+    monkeypatch_module.setenv("MLFLOW_TRACKING_URI", uri)
+    return mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def test_a_request_with_an_image_is_answered_from_its_pixels(served, tiny_vlm, tmp_path):
+    image = noise_image(tmp_path, 0)
+    expected = {"answer": processor_answer(tiny_vlm("llava"), "llava", image), "tool_calls": []}
+    assert served.predict({"prompt": QUESTION, "images": [str(image)]}) == [expected], "a path on this machine"
+    as_base64 = base64.b64encode(image.read_bytes()).decode()
+    said = [{"role": "user", "content": f"<image>{QUESTION}"}]
+    assert served.predict({"messages": said, "images": [as_base64]}) == [expected], "base64, placeholder written"
+    assert served.predict({"prompt": QUESTION, "images": [f"data:image/png;base64,{as_base64}"]}) == [expected]
+    other = noise_image(tmp_path, 1)
+    assert served.predict({"prompt": QUESTION, "images": [str(other)]}) == [
+        {"answer": processor_answer(tiny_vlm("llava"), "llava", other), "tool_calls": []}]
+    assert "images" in served.metadata.get_input_schema().input_names()
+
+
+def test_a_bad_image_request_is_one_clear_error(served, tmp_path):
+    image = noise_image(tmp_path, 0)
+    (tmp_path / "cut.png").write_bytes(image.read_bytes()[:50])
+    cases = [({"prompt": QUESTION, "images": [str(tmp_path / "cut.png")]},
+              f"cannot read the image: image 1 of the request's 'images': {tmp_path / 'cut.png'} does not decode"),
+             ({"prompt": QUESTION, "images": ["data:image/png;base64,!!"]}, "base64 text does not decode"),
+             ({"prompt": QUESTION, "images": ["/nowhere/cat.png"]}, "is neither an existing file nor base64"),
+             ({"prompt": f"<image><image>{QUESTION}", "images": [str(image)]},
+              "cannot answer: the messages hold 2 <image> placeholder(s) but the row has 1 image(s)"),
+             ({"prompt": f"<image>{QUESTION}"}, "the messages hold 1 <image> placeholder(s) but the row has 0")]
+    for request, expected in cases:
+        with pytest.raises(UserError) as caught:
+            served.predict(request)
+        assert expected in str(caught.value), (request, caught.value)
+
+
+def test_a_text_request_is_still_answered(served):
+    [row] = served.predict({"prompt": QUESTION})
+    assert isinstance(row["answer"], str) and row["tool_calls"] == []
