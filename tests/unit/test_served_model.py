@@ -39,8 +39,6 @@ def registered(tiny_model_dir, demo_data_dir, empty_mlflow_store, tmp_path_facto
     """(tracking URI, the trained adapter): version 1 of NAME, with the `champion` alias; the trained output_dir
     is deleted, so everything that answers comes from the store."""
     from tuneline.config import load_config
-    from tuneline.pipeline import keys
-    from tuneline.pipeline.record import record_results, record_training, start_run
 
     root = tmp_path_factory.mktemp("served")
     shutil.copyfile(empty_mlflow_store, root / "mlflow.db")
@@ -51,13 +49,23 @@ def registered(tiny_model_dir, demo_data_dir, empty_mlflow_store, tmp_path_facto
                                 "dataset_dir": str(demo_data_dir), "template": "chatml", "output_dir": str(out),
                                 "do_sample": False, "max_new_tokens": 6, "mlflow_tracking_uri": uri,
                                 "mlflow_registered_model": NAME}, check_paths=False)
+    register_champion(config, out)
+    return uri, adapter
+
+
+def register_champion(config, out: Path) -> None:
+    """Version 1 of the config's registered model, recorded as the flow records it, with the `champion` alias; `out`
+    (the trained output_dir) is deleted, so everything that answers comes from the store."""
+    from tuneline.pipeline import keys
+    from tuneline.pipeline.record import record_results, record_training, start_run
+
     dataset_fp = keys.dataset_key(config)
     run = start_run(config, dataset_fp, None, None)
     record_training(run, config, {"output_dir": str(out)})
     assert record_results(run, config, {}, {}, dataset_fp) == "1"
-    tracking.set_alias(uri, NAME, "champion", "1")
+    uri, name = config.pipeline.mlflow_tracking_uri, config.pipeline.mlflow_registered_model
+    tracking.set_alias(uri, name, "champion", "1")
     shutil.rmtree(out)
-    return uri, adapter
 
 
 def test_the_champion_loads_with_mlflow_pyfunc_and_answers_through_the_training_template(

@@ -12,8 +12,8 @@ import shutil
 
 import pytest
 from test_chat_images import MLLM_DATA, QUESTION, noise_image, processor_answer
+from test_served_model import register_champion
 
-from tuneline import tracking
 from tuneline.errors import UserError
 
 NAME = "tiny-vlm-chat"
@@ -25,8 +25,6 @@ def served(tiny_vlm, empty_mlflow_store, tmp_path_factory, monkeypatch_module):
     import mlflow
 
     from tuneline.config import load_config
-    from tuneline.pipeline import keys
-    from tuneline.pipeline.record import record_results, record_training, start_run
 
     root = tmp_path_factory.mktemp("served-vlm")
     shutil.copyfile(empty_mlflow_store, root / "mlflow.db")
@@ -37,12 +35,7 @@ def served(tiny_vlm, empty_mlflow_store, tmp_path_factory, monkeypatch_module):
                                 "finetuning_type": "full", "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
                                 "template": "llava", "output_dir": str(out), "do_sample": False, "max_new_tokens": 6,
                                 "mlflow_tracking_uri": uri, "mlflow_registered_model": NAME}, check_paths=False)
-    dataset_fp = keys.dataset_key(config)
-    run = start_run(config, dataset_fp, None, None)
-    record_training(run, config, {"output_dir": str(out)})
-    assert record_results(run, config, {}, {}, dataset_fp) == "1"
-    tracking.set_alias(uri, NAME, "champion", "1")
-    shutil.rmtree(out)
+    register_champion(config, out)
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", uri)
     return mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
 
