@@ -7,6 +7,7 @@ SQLite store, the artifacts beside it); a random LoRA adapter on the tiny model 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -155,12 +156,23 @@ def test_the_registered_files_still_load_as_the_trainers_output(registered, tiny
 def test_mlflow_models_serve_answers_a_generation_request(registered, tiny_model_dir, tmp_path):
     """`mlflow models serve` of the champion in its own process, stopped by its pid after one request."""
     uri, adapter = registered
+    with model_server(uri, f"models:/{NAME}@champion", tmp_path / "serve.log") as port:
+        answer = invoke(port, {"dataframe_records": [{"prompt": QUESTION}]})
+        with_tools = invoke(port, {"inputs": {"messages": OPENAI_TOOL_TURNS, "tools": [ADD]}})
+    assert answer == {"predictions": [{"answer": greedy_answer(tiny_model_dir, adapter, QUESTION), "tool_calls": []}]}
+    [row] = with_tools["predictions"]
+    assert isinstance(row["answer"], str) and row["tool_calls"] == [], "the signature lets tools and their turns in"
+
+
+@contextlib.contextmanager
+def model_server(uri: str, model_uri: str, log_path: Path):
+    """The port of `mlflow models serve` of `model_uri`, in its own process, stopped by its pid on leaving."""
     port = free_port()
     venv_bin = Path(sys.executable).parent  # mlflow starts `uvicorn` from PATH, as in an activated venv
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
-    command = [str(venv_bin / "mlflow"), "models", "serve", "-m", f"models:/{NAME}@champion",
+    command = [str(venv_bin / "mlflow"), "models", "serve", "-m", model_uri,
                "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
-    with open(tmp_path / "serve.log", "wb") as log:
+    with open(log_path, "wb") as log:
         server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                   preexec_fn=lambda: die_with_parent(signal.SIGTERM))
     try:
@@ -170,17 +182,13 @@ def test_mlflow_models_serve_answers_a_generation_request(registered, tiny_model
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=1)
                 break
             except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+                assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
                 time.sleep(0.5)
-        answer = invoke(port, {"dataframe_records": [{"prompt": QUESTION}]})
-        with_tools = invoke(port, {"inputs": {"messages": OPENAI_TOOL_TURNS, "tools": [ADD]}})
+        yield port
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
-    assert answer == {"predictions": [{"answer": greedy_answer(tiny_model_dir, adapter, QUESTION), "tool_calls": []}]}
-    [row] = with_tools["predictions"]
-    assert isinstance(row["answer"], str) and row["tool_calls"] == [], "the signature lets tools and their turns in"
 
 
 def invoke(port: int, payload: dict) -> dict:
