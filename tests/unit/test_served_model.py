@@ -28,6 +28,7 @@ from tuneline.errors import UserError
 from tuneline.training_contract import die_with_parent
 
 NAME = "tiny-chat"
+PNG_1X1 = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC")
 QUESTION = "add two and three"
 OPENAI_TOOL_TURNS = [{"role": "user", "content": QUESTION},
                      {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
@@ -84,6 +85,8 @@ def test_the_champion_loads_with_mlflow_pyfunc_and_answers_through_the_training_
     shorter = mlflow.pyfunc.load_model(f"models:/{NAME}/1", model_config={"max_new_tokens": 2})
     assert expected["answer"].startswith(shorter.predict({"prompt": QUESTION})[0]["answer"]), \
         "model_config keys change the config"
+    with pytest.raises(UserError, match="images were given, but 'template: chatml' reads text only"):
+        model.predict({"prompt": QUESTION, "images": [PNG_1X1]})
     with pytest.raises(UserError, match="LoRA adapter on the base '/nowhere/base', which is not on this machine"):
         mlflow.pyfunc.load_model(f"models:/{NAME}/1", model_config={"model_name_or_path": "/nowhere/base"})
 
