@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from tuneline.errors import UserError
 
 INPUT_HELP = ("each input row needs 'messages' (a list of {role, content}, a leading system message allowed) or "
               "'prompt' (a string), and may set 'system' (a string), 'tools' (a list of tool objects) and 'images' "
-              "(a list of image file paths or base64 texts, one per <image> in the messages)")
+              "(a list of base64 texts or paths inside SAFE_MEDIA_PATH, one per <image> in the messages)")
 ANSWER_TURNS, QUESTION_TURNS = ("assistant", "function"), ("user", "observation")
 OPENAI_ROLES = {"tool": "observation"}
+SAFE_MEDIA_PATH = "SAFE_MEDIA_PATH"  # the folder whose image files requests may name
 
 
 def _load_pyfunc(data_path: str, model_config: dict | None = None) -> ServedChat:
@@ -69,8 +71,18 @@ def row_tools(row: dict) -> list | str | None:
     return tools.tolist() if hasattr(tools, "tolist") else tools  # MLflow may hand a list over as a numpy array
 
 
+def request_paths():
+    """The image files a request may name: those inside SAFE_MEDIA_PATH (LLaMA-Factory's API reads the same
+    variable), none when it is unset."""
+    from tuneline.data.mm.request_images import LocalPaths
+
+    root = os.environ.get(SAFE_MEDIA_PATH)
+    return LocalPaths(any_path=False, root=Path(root) if root else None, setting=SAFE_MEDIA_PATH)
+
+
 def row_images(row: dict) -> list:
-    """The row's images decoded (a path on this machine, or base64 text or a data URI), each checked; [] for none."""
+    """The row's images decoded (a path inside SAFE_MEDIA_PATH, or base64 text or a data URI), each checked; [] for
+    none."""
     from tuneline.data.mm.request_images import read_image
 
     images = row.get("images")
@@ -82,7 +94,8 @@ def row_images(row: dict) -> list:
     if not isinstance(images, list):
         raise UserError(f"'images' must be a list of image paths or base64 texts; got {type(images).__name__}",
                         title="cannot answer")
-    return [read_image(image, f"image {i + 1} of the request's 'images'") for i, image in enumerate(images)]
+    paths = request_paths()
+    return [read_image(image, f"image {i + 1} of the request's 'images'", paths) for i, image in enumerate(images)]
 
 
 def _template_message(message: dict) -> dict:

@@ -1,4 +1,4 @@
-"""A registered vision-language model answers requests that carry images (paths on the serving machine, or base64),
+"""A registered vision-language model answers requests that carry images (base64, or paths inside SAFE_MEDIA_PATH),
 through `mlflow.pyfunc.load_model` as a user loads it; the answers match the model's own processor and `generate`.
 
 The version is recorded as the finetune flow records it (start_run, record_training, record_results on a real SQLite
@@ -49,8 +49,9 @@ def monkeypatch_module():
         yield patch
 
 
-def test_a_request_with_an_image_is_answered_from_its_pixels(served, tiny_vlm, tmp_path):
+def test_a_request_with_an_image_is_answered_from_its_pixels(served, tiny_vlm, tmp_path, monkeypatch):
     preset, served, _ = served
+    monkeypatch.setenv("SAFE_MEDIA_PATH", str(tmp_path))  # the folder requests may name images in
     image = noise_image(tmp_path, 0)
     expected = {"answer": processor_answer(tiny_vlm(preset), preset, image), "tool_calls": []}
     assert served.predict({"prompt": QUESTION, "images": [str(image)]}) == [expected], "a path on this machine"
@@ -64,14 +65,21 @@ def test_a_request_with_an_image_is_answered_from_its_pixels(served, tiny_vlm, t
     assert "images" in served.metadata.get_input_schema().input_names()
 
 
-def test_a_bad_image_request_is_one_clear_error(served, tmp_path):
+def test_a_bad_image_request_is_one_clear_error(served, tmp_path, monkeypatch):
     _, served, _ = served
-    image = noise_image(tmp_path, 0)
-    (tmp_path / "cut.png").write_bytes(image.read_bytes()[:50])
-    cases = [({"prompt": QUESTION, "images": [str(tmp_path / "cut.png")]},
-              f"cannot read the image: image 1 of the request's 'images': {tmp_path / 'cut.png'} does not decode"),
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    monkeypatch.setenv("SAFE_MEDIA_PATH", str(allowed))
+    image = noise_image(allowed, 0)
+    (allowed / "cut.png").write_bytes(image.read_bytes()[:50])
+    outside = noise_image(tmp_path, 1)
+    cases = [({"prompt": QUESTION, "images": [str(outside)]},
+              f"'{outside}' is outside SAFE_MEDIA_PATH ({allowed}), the only folder requests may read images from"),
+             ({"prompt": QUESTION, "images": [f"{allowed}/../{outside.name}"]}, "is outside SAFE_MEDIA_PATH"),
+             ({"prompt": QUESTION, "images": [str(allowed / "cut.png")]},
+              f"cannot read the image: image 1 of the request's 'images': {allowed / 'cut.png'} does not decode"),
              ({"prompt": QUESTION, "images": ["data:image/png;base64,!!"]}, "base64 text does not decode"),
-             ({"prompt": QUESTION, "images": ["/nowhere/cat.png"]}, "is neither an existing file nor base64"),
+             ({"prompt": QUESTION, "images": [str(allowed / "cat.png")]}, "is neither an existing file nor base64"),
              ({"prompt": f"<image><image>{QUESTION}", "images": [str(image)]},
               "cannot answer: the messages hold 2 <image> placeholder(s) but the row has 1 image(s)"),
              ({"prompt": f"<image>{QUESTION}"}, "the messages hold 1 <image> placeholder(s) but the row has 0")]
@@ -79,6 +87,10 @@ def test_a_bad_image_request_is_one_clear_error(served, tmp_path):
         with pytest.raises(UserError) as caught:
             served.predict(request)
         assert expected in str(caught.value), (request, caught.value)
+    monkeypatch.delenv("SAFE_MEDIA_PATH")
+    with pytest.raises(UserError, match="reading image files is off here; send the image as base64 text, or set "
+                                        "SAFE_MEDIA_PATH"):
+        served.predict({"prompt": QUESTION, "images": [str(image)]})
 
 
 def test_a_text_request_is_still_answered(served):
