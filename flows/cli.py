@@ -3,7 +3,7 @@
     tuneline train examples/sft_lora_demo.yaml learning_rate=5e-5 max_steps=20 [--no-cache]
     tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
     tuneline tiny-model OUT_DIR [--preset demo|gemma3|llava|qwen2_vl|...]   tuneline export CONFIG [...]
-    tuneline chat CONFIG [key=value ...] [--prompt TEXT] [--tools TOOLS_JSON]
+    tuneline chat CONFIG [key=value ...] [--prompt TEXT] [--tools TOOLS_JSON] [--image PATH ...]
     tuneline retrain CONFIG REGISTERED_MODEL [key=value ...] [--force] [--metric eval_loss] [--min-delta 0]
     tuneline sweep CONFIG [key=value ...] --grid learning_rate=1e-4,5e-5 pref_beta=0.1,0.3 [--max-parallel 2]
     tuneline serve [PREFECT_YAML]                 (every deployment of deployments/prefect.yaml, one process)
@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--tools", metavar="FILE", help="a JSON file holding the tool list the model may call; "
                                                              "its calls are shown, their result is read at "
                                                              "'Observation: '")
+            cmd.add_argument("--image", action="append", default=[], metavar="PATH",
+                             help="an image for a vision-language model, shown with --prompt or the first message "
+                                  "(at its <image> placeholders, else before its text); repeat for more; in the "
+                                  "conversation, '/image PATH' attaches one to the next message")
         if name == "preview":
             cmd.add_argument("-n", type=int, default=2, help="examples to show")
     retrain = sub.add_parser("retrain", help="train on new data only, promote only a better model")
@@ -137,16 +141,19 @@ def _chat(args) -> int:
     from pathlib import Path
 
     from tuneline.chat import Chat, calls_line, chat_loop, read_tools
+    from tuneline.data.mm.request_images import read_image
 
     config = checked_config(args.config, args.overrides)
     tools = read_tools(args.tools) if args.tools is not None else None
+    images = [read_image(path, f"--image {path}") for path in args.image]  # before the model loads
     with tempfile.TemporaryDirectory() as scratch:
-        chat = Chat(config, Path(scratch), tools=tools, tools_source=args.tools or "the tool list")
+        chat = Chat(config, Path(scratch), tools=tools, tools_source=args.tools or "the tool list",
+                    images=bool(images))
         if args.prompt is not None:
-            answer = chat.respond([{"role": "user", "content": args.prompt}])
+            answer = chat.respond([{"role": "user", "content": args.prompt}], images=images)
             print(calls_line(answer.calls) if answer.calls else answer.text)
         else:
-            chat_loop(chat, input, sys.stdout.write)
+            chat_loop(chat, input, sys.stdout.write, images)
     return 0
 
 

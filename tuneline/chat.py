@@ -1,5 +1,6 @@
-"""`tuneline chat CONFIG [--tools tools.json]`: talk to the trained model through its training template, as
-`llamafactory-cli chat` does; the user plays the tools (docs/serving-and-hub.md)."""
+"""`tuneline chat CONFIG [--tools tools.json] [--image PATH ...]`: talk to the trained model through its training
+template, as `llamafactory-cli chat` does; the user plays the tools, and a vision-language model sees the images
+attached with `--image` or `/image PATH` (docs/serving-and-hub.md)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tuneline.config import RunConfig
+from tuneline.data.media import IMAGE_PLACEHOLDER
 from tuneline.data.tools import ToolDataError, calls_as_json, load_tools
 from tuneline.errors import ConfigError, UserError
 from tuneline.trained_model import trained_model_config
 
-CLEAR, EXIT = "clear", "exit"
+CLEAR, EXIT, IMAGE = "clear", "exit", "/image"
 TOOLS_TITLE = "cannot use the tool list"
 
 
@@ -55,7 +57,7 @@ class Chat:
     model loads, so a list the template cannot write fails fast."""
 
     def __init__(self, config: RunConfig, scratch: Path | None = None, model_folder: Path | None = None,
-                 tools: list | str | None = None, tools_source: str = "the tool list"):
+                 tools: list | str | None = None, tools_source: str = "the tool list", images: bool = False):
         from tuneline.data import get_template
         from tuneline.evaluation.generation import eos_token_ids
         from tuneline.evaluation.loading import load_eval_model
@@ -71,6 +73,9 @@ class Chat:
         self.template = get_template(data.template, self.tokenizer, data.tool_format, data.default_system,
                                      data.tool_date)
         self.tools = self.prompt_tools(tools, tools_source)
+        self.vision, self.no_images = answer_vision(loading, self.tokenizer, self.template)
+        if images:  # refused before the model loads
+            self.check_images()
         self.model = load_eval_model(loading, self.tokenizer, None)
         self.eos_ids = eos_token_ids(self.tokenizer, self.model) | self._stop_word_ids()
         self.settings = generation_config(config, self.tokenizer, self.eos_ids)
@@ -97,15 +102,29 @@ class Chat:
                             title=TOOLS_TITLE) from None
         return text
 
+    def check_images(self) -> None:
+        """Refuses images when this model or template reads text only."""
+        if self.vision is None:
+            raise UserError(f"images were given, but {self.no_images}", title="cannot answer")
+
     def respond(self, messages: list[dict], system: str | None = None, tools=None,
-                tools_source: str = "'tools'") -> Answer:
+                tools_source: str = "'tools'", images: list = ()) -> Answer:
         """The answer to the conversation so far and the calls it makes. Calls are looked for only when tools were
-        offered, so a plain answer that happens to read like one stays an answer."""
+        offered, so a plain answer that happens to read like one stays an answer. `images` (PIL images, paths or
+        bytes) go where the messages' <image> placeholders are, in order; with none written, before the first
+        message's text, as LLaMA-Factory's chat engine puts them."""
         from tuneline.evaluation.generation import generate_batches
 
         tools = self.tools if tools is None else self.prompt_tools(tools, tools_source)
+        images = list(images)
+        if images:
+            self.check_images()
+        if self.vision is not None:  # placeholders checked even without images: a stray one is no image token
+            messages = self.vision.expand_safely(with_placeholders(messages, len(images)), images)
         prompt = self._prompt(messages, system, tools)
-        [ids] = generate_batches(self.model, [prompt], self.settings, self.tokenizer.pad_token_id, self.eos_ids, 1)
+        pixels = self.vision.pixel_inputs(prompt, images) if images else None
+        [ids] = generate_batches(self.model, [prompt], self.settings, self.tokenizer.pad_token_id, self.eos_ids, 1,
+                                 row_inputs=pixels)
         text = self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens).strip()
         calls = self.template.extract_calls(text) if tools else text
         return Answer(text, calls_as_json(calls) if isinstance(calls, list) else [])
@@ -124,12 +143,65 @@ class Chat:
         return prompt
 
 
-def chat_loop(chat: Chat, read, write) -> None:
+class AnswerVision:
+    """A vision-language model's image side at answer time: the template's plugin and the model's processor, the
+    same `expand_messages`/`batch_inputs` (through the collator) that built and batched its training rows."""
+
+    def __init__(self, media, tokenizer):
+        from tuneline.data import build_collator
+
+        self.media = media
+        self.collator = build_collator("sft", tokenizer, media=media)
+
+    def expand_safely(self, messages: list[dict], images: list) -> list[dict]:
+        """The messages with each placeholder expanded to the model's image tokens; a count that does not match the
+        images is the caller's error."""
+        try:
+            return self.media.expand(messages, images, [])
+        except UserError as exc:
+            raise UserError(exc.problems, title="cannot answer") from None
+
+    def pixel_inputs(self, prompt: list[int], images: list):
+        """`row_inputs` for generate_batches: the pixels (and per-token inputs) of the one prompt, left padded."""
+        def inputs(chunk: list[int], length: int, left: bool) -> dict:
+            return self.collator.media_inputs([{"input_ids": prompt, "images": images, "videos": []}], length, left)
+
+        return inputs
+
+
+def answer_vision(config, tokenizer, template) -> tuple[AnswerVision | None, str]:
+    """The image side of a chat model, or None and why it reads text only."""
+    from tuneline.data.mm import get_mm_plugin
+    from tuneline.data.mm.run_media import RunMedia, media_settings
+    from tuneline.model.processor import load_processor
+
+    if template.mm_plugin is None:
+        return None, (f"'template: {template.name}' reads text only; use the model's vision-language template "
+                      "(gemma3, llava, qwen2_vl, qwen3_vl, qwen3_vl_nothink)")
+    processor = load_processor(config, tokenizer)
+    if processor is None:
+        return None, f"'{config.model.model_name_or_path}' is a text-only model"
+    media = RunMedia(get_mm_plugin(template.mm_plugin), processor, media_settings(config))
+    return AnswerVision(media, tokenizer), ""
+
+
+def with_placeholders(messages: list[dict], count: int) -> list[dict]:
+    """Messages that write no <image> get `count` of them before the first message's text."""
+    if count == 0 or any(IMAGE_PLACEHOLDER in message["content"] for message in messages):
+        return messages
+    first = messages[0]
+    return [{**first, "content": IMAGE_PLACEHOLDER * count + first["content"]}, *messages[1:]]
+
+
+def chat_loop(chat: Chat, read, write, images: list = ()) -> None:
     """Turn after turn until `exit` or end of input; `clear` starts a new conversation. After an answer that calls
-    tools, what is typed next is their result."""
+    tools, what is typed next is their result. `/image PATH` (and `images`, for the first message) attaches an image
+    to the next message, at its <image> placeholders or before its text."""
     history: list[dict] = []
+    shown: list = []  # the images of the conversation, in the order their placeholders come
+    pending = list(images)
     write(f"chatting with {chat.source or 'the adapters the config names'}; '{CLEAR}' starts over, '{EXIT}' "
-          "ends\n")
+          f"ends{f', {IMAGE!r} PATH attaches an image' if chat.vision else ''}\n")
     role = "user"
     while True:
         try:
@@ -139,12 +211,22 @@ def chat_loop(chat: Chat, read, write) -> None:
         if said == EXIT:
             return
         if said == CLEAR:
-            history, role = [], "user"
+            history, shown, pending, role = [], [], [], "user"
+            continue
+        if said.split(maxsplit=1)[:1] == [IMAGE]:
+            pending += _attached(chat, said[len(IMAGE):].strip(), write)
             continue
         if not said:
             continue
-        history.append({"role": role, "content": said})
-        answer = chat.respond(history)
+        history.append({"role": role, "content": said if IMAGE_PLACEHOLDER in said else
+                        IMAGE_PLACEHOLDER * len(pending) + said})
+        try:
+            answer = chat.respond(history, images=shown + pending)
+        except UserError as error:  # a placeholder count that does not match: say so, forget the message
+            write(f"{error}\n")
+            history.pop()
+            continue
+        shown, pending = shown + pending, []
         if _answerable(answer.calls):
             history.append({"role": "function", "content": json.dumps(answer.calls, ensure_ascii=False)})
             write(calls_line(answer.calls) + "\n")
@@ -153,6 +235,20 @@ def chat_loop(chat: Chat, read, write) -> None:
             history.append({"role": "assistant", "content": answer.text})
             write(f"Assistant: {answer.text}\n")
             role = "user"
+
+
+def _attached(chat: Chat, path: str, write) -> list:
+    """The image at `path`, read now, or nothing and why (the conversation goes on)."""
+    from tuneline.data.mm.request_images import read_image
+
+    try:
+        chat.check_images()
+        image = read_image(path, f"{IMAGE} {path}" if path else IMAGE)
+    except UserError as error:
+        write(f"{error}\n")
+        return []
+    write(f"attached {path}; it goes with your next message\n")
+    return [image]
 
 
 def _answerable(calls: list[dict]) -> bool:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from tuneline.errors import UserError
 
 INPUT_HELP = ("each input row needs 'messages' (a list of {role, content}, a leading system message allowed) or "
-              "'prompt' (a string), and may set 'system' (a string) and 'tools' (a list of tool objects)")
+              "'prompt' (a string), and may set 'system' (a string), 'tools' (a list of tool objects) and 'images' "
+              "(a list of base64 texts or paths inside SAFE_MEDIA_PATH, one per <image> in the messages)")
 ANSWER_TURNS, QUESTION_TURNS = ("assistant", "function"), ("user", "observation")
 OPENAI_ROLES = {"tool": "observation"}
+SAFE_MEDIA_PATH = "SAFE_MEDIA_PATH"  # the folder whose image files requests may name
 
 
 def _load_pyfunc(data_path: str, model_config: dict | None = None) -> ServedChat:
@@ -66,6 +69,33 @@ def row_tools(row: dict) -> list | str | None:
     if tools is None or (isinstance(tools, float) and math.isnan(tools)):
         return None
     return tools.tolist() if hasattr(tools, "tolist") else tools  # MLflow may hand a list over as a numpy array
+
+
+def request_paths():
+    """The image files a request may name: those inside SAFE_MEDIA_PATH (LLaMA-Factory's API reads the same
+    variable), none when it is unset."""
+    from tuneline.data.mm.request_images import LocalPaths
+
+    root = os.environ.get(SAFE_MEDIA_PATH)
+    return LocalPaths(any_path=False, root=Path(root) if root else None, setting=SAFE_MEDIA_PATH)
+
+
+def row_images(row: dict) -> list:
+    """The row's images decoded (a path inside SAFE_MEDIA_PATH, or base64 text or a data URI), each checked; [] for
+    none."""
+    from tuneline.data.mm.request_images import read_image
+
+    images = row.get("images")
+    if images is None or (isinstance(images, float) and math.isnan(images)):
+        return []
+    images = images.tolist() if hasattr(images, "tolist") else images  # MLflow may hand a numpy array over
+    if isinstance(images, str):
+        images = [images]
+    if not isinstance(images, list):
+        raise UserError(f"'images' must be a list of image paths or base64 texts; got {type(images).__name__}",
+                        title="cannot answer")
+    paths = request_paths()
+    return [read_image(image, f"image {i + 1} of the request's 'images'", paths) for i, image in enumerate(images)]
 
 
 def _template_message(message: dict) -> dict:
@@ -124,5 +154,7 @@ class ServedChat:
         return [self._answer(row) for row in rows]
 
     def _answer(self, row: dict) -> dict:
-        answer = self.chat.respond(*conversation(row), tools=row_tools(row), tools_source="the request's 'tools'")
+        messages, system = conversation(row)
+        answer = self.chat.respond(messages, system, tools=row_tools(row), tools_source="the request's 'tools'",
+                                   images=row_images(row))
         return {"answer": answer.text, "tool_calls": answer.calls}

@@ -86,7 +86,7 @@ def scripted_agent(monkeypatch, tiny_model_dir, *answers: str) -> list[str]:
     prompts: list[str] = []
     queue = list(answers)
 
-    def generate(model, batch, settings, pad_id, eos_ids, batch_size):
+    def generate(model, batch, settings, pad_id, eos_ids, batch_size, row_inputs=None):
         prompts.extend(tokenizer.decode(ids) for ids in batch)
         return [tokenizer(queue.pop(0), add_special_tokens=False)["input_ids"] for _ in batch]
 

@@ -163,3 +163,34 @@ def test_the_model_cards_key_follows_what_the_card_shows(tmp_path, monkeypatch):
     monkeypatch.setattr(keys, "__version__", "edited")  # what an edit of the report code does to code_version
     assert keys.model_card_key(config, "train", "base", "tuned", "run") != key and keys.plot_key("train") != plot
     keys.code_version.cache_clear()
+
+
+def test_held_out_images_pair_base_and_tuned_answers_and_survive_a_missing_image(tmp_path):
+    from PIL import Image
+
+    from tuneline.report.image_answers import image_answer_rows, image_answers_section, write_image_answers
+
+    wide = tmp_path / "wide.png"
+    Image.new("RGB", (600, 300), "red").save(wide)
+    gone = tmp_path / "gone.jpg"
+    tuned = [{"prompt": "text row", "label": "a", "predict": "b"},
+             {"prompt": "<start_of_turn>user <image>what?", "label": "a cat", "predict": "a | cat", "images": [str(wide)]},
+             {"prompt": "<image>and?", "label": "x", "predict": "y", "images": [str(gone), str(wide)]}]
+    base = [{**row, "predict": f"base {i}"} for i, row in enumerate(reversed(tuned))]  # matched by row, not order
+    rows = image_answer_rows(base, tuned)
+    assert [(row["base"], row["tuned"]) for row in rows] == [("base 1", "a | cat"), ("base 0", "y")]
+    assert image_answer_rows(base, tuned, limit=1) == rows[:1]
+
+    folder = write_image_answers(rows, tmp_path / "out")
+    with Image.open(folder / "1-1.png") as thumbnail:
+        assert thumbnail.size == (256, 128)
+    assert not (folder / "2-1.png").exists() and (folder / "2-2.png").is_file()
+    section = image_answers_section(folder)
+    assert "| ![wide.png](held_out_images/1-1.png) | &lt;start_of_turn&gt;user &lt;image&gt;what? | a cat | base 1 | " \
+           "a \\| cat |" in section
+    assert "(gone.jpg: missing) ![wide.png](held_out_images/2-2.png)" in section
+    assert write_image_answers([], tmp_path / "none") is None and image_answers_section(None) is None
+
+    card = Path(write_model_card(card_config(tmp_path), tmp_path / "out", base_metrics={}, tuned_metrics={},
+                                 dataset_fingerprints={}, plots=[], mlflow_run=None, image_answers=section)).read_text()
+    assert "## Held-out images\n\nHeld-out rows with images" in card

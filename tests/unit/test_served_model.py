@@ -7,6 +7,7 @@ SQLite store, the artifacts beside it); a random LoRA adapter on the tiny model 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from tuneline.errors import UserError
 from tuneline.training_contract import die_with_parent
 
 NAME = "tiny-chat"
+PNG_1X1 = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC")
 QUESTION = "add two and three"
 OPENAI_TOOL_TURNS = [{"role": "user", "content": QUESTION},
                      {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
@@ -39,8 +41,6 @@ def registered(tiny_model_dir, demo_data_dir, empty_mlflow_store, tmp_path_facto
     """(tracking URI, the trained adapter): version 1 of NAME, with the `champion` alias; the trained output_dir
     is deleted, so everything that answers comes from the store."""
     from tuneline.config import load_config
-    from tuneline.pipeline import keys
-    from tuneline.pipeline.record import record_results, record_training, start_run
 
     root = tmp_path_factory.mktemp("served")
     shutil.copyfile(empty_mlflow_store, root / "mlflow.db")
@@ -51,13 +51,23 @@ def registered(tiny_model_dir, demo_data_dir, empty_mlflow_store, tmp_path_facto
                                 "dataset_dir": str(demo_data_dir), "template": "chatml", "output_dir": str(out),
                                 "do_sample": False, "max_new_tokens": 6, "mlflow_tracking_uri": uri,
                                 "mlflow_registered_model": NAME}, check_paths=False)
+    register_champion(config, out)
+    return uri, adapter
+
+
+def register_champion(config, out: Path) -> None:
+    """Version 1 of the config's registered model, recorded as the flow records it, with the `champion` alias; `out`
+    (the trained output_dir) is deleted, so everything that answers comes from the store."""
+    from tuneline.pipeline import keys
+    from tuneline.pipeline.record import record_results, record_training, start_run
+
     dataset_fp = keys.dataset_key(config)
     run = start_run(config, dataset_fp, None, None)
     record_training(run, config, {"output_dir": str(out)})
     assert record_results(run, config, {}, {}, dataset_fp) == "1"
-    tracking.set_alias(uri, NAME, "champion", "1")
+    uri, name = config.pipeline.mlflow_tracking_uri, config.pipeline.mlflow_registered_model
+    tracking.set_alias(uri, name, "champion", "1")
     shutil.rmtree(out)
-    return uri, adapter
 
 
 def test_the_champion_loads_with_mlflow_pyfunc_and_answers_through_the_training_template(
@@ -70,11 +80,13 @@ def test_the_champion_loads_with_mlflow_pyfunc_and_answers_through_the_training_
     expected = {"answer": greedy_answer(tiny_model_dir, adapter, QUESTION), "tool_calls": []}
     assert model.predict({"prompt": QUESTION}) == [expected]
     assert model.predict({"messages": [{"role": "user", "content": QUESTION}]}) == [expected]
-    assert model.metadata.get_input_schema().input_names() == ["messages", "prompt", "system", "tools"]
+    assert model.metadata.get_input_schema().input_names() == ["messages", "prompt", "system", "tools", "images"]
 
     shorter = mlflow.pyfunc.load_model(f"models:/{NAME}/1", model_config={"max_new_tokens": 2})
     assert expected["answer"].startswith(shorter.predict({"prompt": QUESTION})[0]["answer"]), \
         "model_config keys change the config"
+    with pytest.raises(UserError, match="images were given, but 'template: chatml' reads text only"):
+        model.predict({"prompt": QUESTION, "images": [PNG_1X1]})
     with pytest.raises(UserError, match="LoRA adapter on the base '/nowhere/base', which is not on this machine"):
         mlflow.pyfunc.load_model(f"models:/{NAME}/1", model_config={"model_name_or_path": "/nowhere/base"})
 
@@ -147,12 +159,23 @@ def test_the_registered_files_still_load_as_the_trainers_output(registered, tiny
 def test_mlflow_models_serve_answers_a_generation_request(registered, tiny_model_dir, tmp_path):
     """`mlflow models serve` of the champion in its own process, stopped by its pid after one request."""
     uri, adapter = registered
+    with model_server(uri, f"models:/{NAME}@champion", tmp_path / "serve.log") as port:
+        answer = invoke(port, {"dataframe_records": [{"prompt": QUESTION}]})
+        with_tools = invoke(port, {"inputs": {"messages": OPENAI_TOOL_TURNS, "tools": [ADD]}})
+    assert answer == {"predictions": [{"answer": greedy_answer(tiny_model_dir, adapter, QUESTION), "tool_calls": []}]}
+    [row] = with_tools["predictions"]
+    assert isinstance(row["answer"], str) and row["tool_calls"] == [], "the signature lets tools and their turns in"
+
+
+@contextlib.contextmanager
+def model_server(uri: str, model_uri: str, log_path: Path):
+    """The port of `mlflow models serve` of `model_uri`, in its own process, stopped by its pid on leaving."""
     port = free_port()
     venv_bin = Path(sys.executable).parent  # mlflow starts `uvicorn` from PATH, as in an activated venv
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
-    command = [str(venv_bin / "mlflow"), "models", "serve", "-m", f"models:/{NAME}@champion",
+    command = [str(venv_bin / "mlflow"), "models", "serve", "-m", model_uri,
                "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
-    with open(tmp_path / "serve.log", "wb") as log:
+    with open(log_path, "wb") as log:
         server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                   preexec_fn=lambda: die_with_parent(signal.SIGTERM))
     try:
@@ -162,17 +185,13 @@ def test_mlflow_models_serve_answers_a_generation_request(registered, tiny_model
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=1)
                 break
             except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+                assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
                 time.sleep(0.5)
-        answer = invoke(port, {"dataframe_records": [{"prompt": QUESTION}]})
-        with_tools = invoke(port, {"inputs": {"messages": OPENAI_TOOL_TURNS, "tools": [ADD]}})
+        yield port
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
-    assert answer == {"predictions": [{"answer": greedy_answer(tiny_model_dir, adapter, QUESTION), "tool_calls": []}]}
-    [row] = with_tools["predictions"]
-    assert isinstance(row["answer"], str) and row["tool_calls"] == [], "the signature lets tools and their turns in"
 
 
 def invoke(port: int, payload: dict) -> dict:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tuneline.data.media import IMAGE_PLACEHOLDER
 from tuneline.evaluation import generation, scoring
 from tuneline.evaluation.loading import load_eval_model, load_validation
 
@@ -35,6 +37,20 @@ class EvalContext:
             return self.media.media_inputs(features, length, left)
 
         return inputs
+
+    def row_media(self, row: int) -> dict:
+        """The image paths of validation row `row`, for the answers' record (the model card shows a few); {} for
+        text."""
+        if self.media is None or not self.data[row]["images"]:
+            return {}
+        return {"images": list(self.data[row]["images"])}
+
+    def readable_prompt(self, text: str) -> str:
+        """A decoded prompt with each run of an image's tokens (hundreds for some models) written as one <image>."""
+        if self.media is None or not self.media.media.plugin.image_token:
+            return text
+        token = re.escape(self.media.media.plugin.image_token)
+        return re.sub(f"(?:{token})+", IMAGE_PLACEHOLDER, text)
 
 
 def language_model_step(ctx: EvalContext) -> dict[str, float]:
@@ -69,8 +85,9 @@ def generation_step(ctx: EvalContext) -> dict[str, float]:
     decode = ctx.tokenizer.decode
     predictions = [decode(a, skip_special_tokens=True) for a in answers]
     references = [decode(ref, skip_special_tokens=True) for _, ref in pairs]
-    ctx.predictions += [{"prompt": decode(p), "predict": pred, "label": ref}
-                        for (p, _), pred, ref in zip(pairs, predictions, references, strict=True)]
+    ctx.predictions += [{"prompt": ctx.readable_prompt(decode(p)), "predict": pred, "label": ref,
+                         **ctx.row_media(row)}
+                        for (p, _), pred, ref, row in zip(pairs, predictions, references, rows, strict=True)]
     return generation.text_metrics(predictions, references)
 
 

@@ -11,6 +11,7 @@ from tuneline import tracking
 from tuneline.config import RunConfig
 from tuneline.pipeline.record import final_model_files
 from tuneline.publish import publish_folder
+from tuneline.report.image_answers import GALLERY_DIR
 
 REPO_TAG = "tuneline.hub_repo"  # the repo's URL
 COMMIT_TAG = "tuneline.hub_commit"  # the URL of the commit that published this run's model
@@ -24,6 +25,9 @@ def publish_model(config: RunConfig, output_dir: str | Path, card_path: str | Pa
     with tempfile.TemporaryDirectory() as tmp:
         folder = final_model_files(Path(output_dir), Path(tmp) / "model")
         shutil.copyfile(card_path, folder / "README.md")
+        gallery = Path(card_path).parent / GALLERY_DIR  # the held-out images the card shows
+        if gallery.is_dir():
+            shutil.copytree(gallery, folder / GALLERY_DIR)
         published = publish_folder(config, folder)
     if run:
         tracking.add_tags(run["run_id"], {REPO_TAG: published["url"], COMMIT_TAG: published["commit_url"]},

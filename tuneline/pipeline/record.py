@@ -201,7 +201,13 @@ def record_plots(run: dict, paths: list[str]) -> None:
 
 
 def record_model_card(run: dict, path: str) -> None:
+    """The card, and the held-out images it shows beside it (their links are relative), in the run."""
+    from tuneline.report.image_answers import GALLERY_DIR
+
     tracking.log_artifacts(run["run_id"], path, tracking_uri=run["tracking_uri"])
+    gallery = Path(path).parent / GALLERY_DIR
+    if gallery.is_dir():
+        tracking.log_artifacts(run["run_id"], gallery, GALLERY_DIR, tracking_uri=run["tracking_uri"])
 
 
 def record_evaluations(run: dict, evaluations: dict[str, dict]) -> None:

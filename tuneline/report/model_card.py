@@ -106,9 +106,11 @@ def _plots_section(plots: list[str], out_dir: Path) -> str:
 
 def write_model_card(config, out_dir: str | os.PathLike, *, base_metrics: dict, tuned_metrics: dict,
                      dataset_fingerprints: dict, plots: list[str], mlflow_run: str | None,
-                     framework_versions: dict | None = None, not_evaluated: str | None = None) -> str:
+                     framework_versions: dict | None = None, not_evaluated: str | None = None,
+                     image_answers: str | None = None) -> str:
     """Write `<out_dir>/README.md` and return its path; `mlflow_run` is the Markdown link to the run (None when
-    untracked); `not_evaluated` says why there are no results."""
+    untracked); `not_evaluated` says why there are no results; `image_answers` is the held-out images section
+    (`tuneline.report.image_answers`), for a vision-language model."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     versions = framework_versions if framework_versions is not None else _installed_versions()
@@ -126,6 +128,7 @@ def write_model_card(config, out_dir: str | os.PathLike, *, base_metrics: dict, 
         "## Results\n\n" + (f"Not evaluated: {not_evaluated}." if not_evaluated else
                              "Validation split, base model before training vs the tuned model (lower is better for "
                              "eval_loss and perplexity).\n\n" + results_table(base_metrics, tuned_metrics)),
+        *([f"## Held-out images\n\n{image_answers}"] if image_answers else []),
         "## Training curves\n\n" + _plots_section(plots, out_dir),
         "## Tracking\n\n" + (f"MLflow run: {mlflow_run}" if mlflow_run else "This run was not tracked in MLflow."),
         "## Framework versions\n\n" + "\n".join(f"- {k} {v}" for k, v in versions.items()),

@@ -13,8 +13,8 @@ PYFUNC = "python_function"
 
 
 def chat_signature():
-    """Input: `messages` (the template's or OpenAI's) or `prompt`, optional `system` and `tools`; output: per row, the
-    answer and its tool calls. MLflow refuses undeclared keys; a tool's JSON schema has keys no fixed schema names, so
+    """Input: `messages` (the template's or OpenAI's) or `prompt`, optional `system`, `tools` and `images` (paths or
+    base64 texts, for a vision-language model); output: per row, the answer and its tool calls. MLflow refuses undeclared keys; a tool's JSON schema has keys no fixed schema names, so
     `tools` is any."""
     from mlflow.models import ModelSignature
     from mlflow.types.schema import AnyType, Array, ColSpec, Object, Property, Schema
@@ -26,7 +26,8 @@ def chat_signature():
                       Property("tool_calls", Array(openai_call), required=False),
                       Property("tool_call_id", "string", required=False), Property("name", "string", required=False)])
     inputs = Schema([ColSpec(Array(message), "messages", required=False), ColSpec("string", "prompt", required=False),
-                     ColSpec("string", "system", required=False), ColSpec(AnyType(), "tools", required=False)])
+                     ColSpec("string", "system", required=False), ColSpec(AnyType(), "tools", required=False),
+                     ColSpec(Array("string"), "images", required=False)])
     call = Object([Property("name", "string"), Property("arguments", AnyType())])
     answer = Object([Property("answer", "string"), Property("tool_calls", Array(call))])
     return ModelSignature(inputs=inputs, outputs=Schema([ColSpec(answer)]))
