@@ -90,6 +90,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
             problem = f"unknown key '{key}'{did_you_mean(key, ALL_KEYS)}"
         if problem:
             problems.append(problem)
+    if "do_train" not in raw and training.get("do_predict"):  # LLaMA-Factory's default: predict only
+        training["do_train"] = False
     config = RunConfig(**{g: GROUPS[g](**v) for g, v in values.items()}, training=training, source=source)
     _fill_derived(config)
     problems += resolve_checkpointing(config)
