@@ -14,8 +14,8 @@ import yaml
 from tuneline.config.args import GROUPS
 from tuneline.config.checkpointing import resolve_checkpointing
 from tuneline.config.coerce import coerce
-from tuneline.config.run_config import RunConfig
 from tuneline.config.ray_keys import RAY_KEYS, ray_problems
+from tuneline.config.run_config import RunConfig
 from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
 from tuneline.config.validate import check_combinations
 from tuneline.errors import ConfigError, did_you_mean
