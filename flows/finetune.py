@@ -5,7 +5,8 @@
 Re-running with the same inputs skips every finished step; a killed run started again resumes `train` from
 its last checkpoint in the same MLflow run. A ppo config with `reward_model_config` runs that rm config first,
 as a subflow of the same shape (and as cached). The command line, a served deployment and a worker all run this
-same function.
+same function. A `do_predict` config without `do_train` runs `predict_flow` instead (load-tokenizer ->
+build-dataset -> predict: LLaMA-Factory's batch prediction, cached like evaluate); `tuneline predict` runs it by name.
 """
 
 from __future__ import annotations
