@@ -1,6 +1,7 @@
 """The `tuneline` command.
 
     tuneline train examples/sft_lora_demo.yaml learning_rate=5e-5 max_steps=20 [--no-cache]
+    tuneline predict CONFIG [key=value ...] [--no-cache]   (do_predict: answers to eval_dataset, no training)
     tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
     tuneline tiny-model OUT_DIR [--preset demo|gemma3|llava|qwen2_vl|...]   tuneline export CONFIG [...]
     tuneline chat CONFIG [key=value ...] [--prompt TEXT] [--tools TOOLS_JSON] [--image PATH ...]
@@ -31,14 +32,17 @@ from tuneline.preflight import checked_config
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tuneline", description="LLM fine-tuning as cached Prefect flows")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in [("train", "run the fine-tuning flow"), ("validate", "check a config and exit"),
+    for name, help_text in [("train", "run the fine-tuning flow"),
+                            ("predict", "answer the eval set with the config's model, scored as LLaMA-Factory does "
+                                        "(do_predict), training nothing"),
+                            ("validate", "check a config and exit"),
                             ("preview", "show encoded examples with prompt and label spans"),
                             ("export", "merge LoRA adapters and save a standalone model"),
                             ("chat", "talk to the trained model through its template")]:
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("config", help="YAML config (LLaMA-Factory keys plus tuneline's)")
         cmd.add_argument("overrides", nargs="*", help="key=value, typed as in YAML")
-        if name == "train":
+        if name in ("train", "predict"):
             cmd.add_argument("--no-cache", action="store_true", help="rerun every step (refresh_cache=true)")
         if name == "chat":
             cmd.add_argument("--prompt", help="answer this one message and exit (default: a conversation on stdin)")
@@ -237,7 +241,7 @@ def _tiny_model(args) -> int:
 
 
 # A command's function, or "module:function" for one that lives with its flow (importing it imports Prefect).
-COMMANDS = {"train": "flows.finetune:main", "validate": _validate, "preview": _preview, "export": _export,
+COMMANDS = {"train": "flows.finetune:main", "predict": "flows.finetune:predict_main", "validate": _validate, "preview": _preview, "export": _export,
             "chat": _chat, "retrain": _retrain, "sweep": _sweep, "serve": _serve, "trigger": _trigger, "ui": _ui,
             "tiny-model": _tiny_model, "train-node": _train_node}
 

@@ -5,7 +5,8 @@
 Re-running with the same inputs skips every finished step; a killed run started again resumes `train` from
 its last checkpoint in the same MLflow run. A ppo config with `reward_model_config` runs that rm config first,
 as a subflow of the same shape (and as cached). The command line, a served deployment and a worker all run this
-same function.
+same function. A `do_predict` config without `do_train` runs `predict_flow` instead (load-tokenizer ->
+build-dataset -> predict: LLaMA-Factory's batch prediction, cached like evaluate); `tuneline predict` runs it by name.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from prefect.settings import PREFECT_API_URL
 
 from flows.crash_detection import ensure_crash_detection
 from flows.parameters import Settings, all_overrides
-from flows.prefect_artifacts import publish_run_artifacts
+from flows.prefect_artifacts import publish_prediction_artifacts, publish_run_artifacts
 from flows.server_lost import exit_now, is_server_lost, quiet_while_server_lost, server_lost_message
 from flows.user_errors import show_user_errors_without_traceback
-from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, train
+from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, predict, train
 from tuneline.config import RunConfig, load_config
 from tuneline.errors import UserError, report_user_errors
 from tuneline.pipeline import keys, record
@@ -64,6 +65,8 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
     config = checked_config(config_path, overrides)
     if PREFECT_API_URL.value():  # a lasting server: it marks this run Crashed if its process dies
         ensure_crash_detection()
+    if config.predict_only:  # LLaMA-Factory's `do_predict` without `do_train`: nothing to train
+        return predict_flow(config_path, overrides=overrides)
     if config.pipeline.reward_model_config:  # ppo: its reward model is trained (or found cached) first
         reward = finetune(config.pipeline.reward_model_config,
                           overrides=["refresh_cache=true"] if config.pipeline.refresh_cache else [])  # --no-cache: all
@@ -91,13 +94,31 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
             "registered_version": version}
 
 
+@flow(name="predict", flow_run_name=_flow_run_name)
+def predict_flow(config_path: str, settings: Settings | None = None, overrides: list[str] | None = None) -> dict:
+    """`do_predict`: the model the config names (base, `adapter_name_or_path`) answers the eval set, cached."""
+    config = checked_config(config_path, all_overrides(settings, overrides))
+    cache = _cache_options(config)
+    run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, _flow_run_url())
+
+    tokenizer = load_tokenizer.with_options(**cache)(config)
+    dataset = build_dataset.with_options(**cache)(config, tokenizer)
+    record.record_dataset(run, config, dataset)
+    predicted = predict.with_options(**cache)(config, dataset)
+
+    record.record_predictions(run, predicted)
+    publish_prediction_artifacts(config, run, dataset, predicted)
+    return {"output_dir": predicted["output_dir"], "mlflow_run_id": run["run_id"], "predict": predicted["metrics"],
+            "num_samples": predicted["num_samples"], "cache_hit": predicted.get("cache_hit", False)}
+
+
 def main(args) -> int:
     """`tuneline train` and `python -m flows.finetune`: check the config before Prefect starts a run, run the flow,
     print its result. `args`: config, overrides and no_cache (`--no-cache`: every step runs again)."""
     overrides = [*args.overrides, *(["refresh_cache=true"] if args.no_cache else [])]
-    checked_config(args.config, overrides)
+    flow_to_run = predict_flow if checked_config(args.config, overrides).predict_only else finetune
     try:
-        result = finetune(args.config, overrides=overrides)
+        result = flow_to_run(args.config, overrides=overrides)
     except Exception as error:
         if not any(is_server_lost(e) for e in _causes(error)):
             raise
@@ -105,6 +126,17 @@ def main(args) -> int:
         exit_now(1)
     print(json.dumps(result, indent=2, default=str))
     return 0
+
+
+def predict_main(args) -> int:
+    """`tuneline predict CONFIG`: the config's model answers its eval set, trains nothing (do_predict, no do_train)."""
+    args.overrides = [*args.overrides, *PREDICT_OVERRIDES]
+    return main(args)
+
+
+# What `tuneline predict` sets: LLaMA-Factory's nlg_eval keys; the model is the config's (a finished training's
+# output is named in adapter_name_or_path or model_name_or_path, as in LLaMA-Factory).
+PREDICT_OVERRIDES = ["do_predict=true", "predict_with_generate=true", "do_train=false"]
 
 
 def _causes(error: BaseException | None):

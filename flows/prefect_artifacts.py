@@ -1,4 +1,5 @@
-"""Prefect artifacts shown on each flow run: summary, evaluation table, loss plot (MLflow's artifacts: tuneline.tracking)."""
+"""Prefect artifacts shown on each flow run: summary, evaluation (or predict) table, loss plot (MLflow's artifacts:
+tuneline.tracking)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,23 @@ def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval
         data = base64.b64encode(Path(loss).read_bytes()).decode("ascii")
         create_markdown_artifact(f"![loss curve](data:image/png;base64,{data})\n\n`{loss}`", key="loss-plot",
                                  description="training loss")
+
+
+def publish_prediction_artifacts(config: RunConfig, run: dict, dataset: dict, predicted: dict) -> None:
+    """A `do_predict` run's summary (what answered what, the scores, where the answers are) and its score table."""
+    metrics = predicted.get("metrics", {})
+    rows = [{"metric": k, "value": _fmt(v)} for k, v in sorted(metrics.items())]
+    if rows:
+        create_table_artifact(rows, key="predict", description="scores of the generated answers (LLaMA-Factory's)")
+    table = "\n".join(f"| {r['metric']} | {r['value']} |" for r in rows) or "| (no answers) | |"
+    link = run_link(run) or run["run_id"]
+    adapters = config.model.adapter_name_or_path or "none"
+    summary = (
+        f"# {config.run_name}\n\n| | |\n|---|---|\n| model | {config.model.model_name_or_path} |\n"
+        f"| adapters | {adapters} |\n"
+        f"| eval set | {config.data.eval_dataset or config.data.dataset} (`{dataset['fingerprint'][:12]}`, "
+        f"{dataset.get('eval_rows')} rows) |\n| answers | {predicted['num_samples']}, in "
+        f"`{Path(predicted['output_dir']) / 'generated_predictions.jsonl'}` |\n| MLflow run | {link} |\n\n"
+        f"## Scores\n\n| metric | value |\n|---|---|\n{table}\n"
+    )
+    create_markdown_artifact(summary, key="run-summary", description="what answered what, and how it scored")

@@ -61,8 +61,8 @@ class Chat:
         from tuneline.data import get_template
         from tuneline.evaluation.generation import eos_token_ids
         from tuneline.evaluation.loading import load_eval_model
+        from tuneline.evaluation.prediction import generation_config
         from tuneline.model.tokenizer import load_tokenizer
-        from tuneline.train.predict import generation_config
 
         if config.stage == "rm":
             raise ConfigError("'stage: rm' trains a reward model, which scores answers and writes none; chat with the "

@@ -169,3 +169,43 @@ def test_bad_images_end_the_run_before_training_naming_their_rows(prefect_api, t
     assert "mllm_demo.json" in refused and "Traceback" not in refused
     assert "bad image" in refused and "2.jpg" in refused and "media file missing" in refused
     assert not (out / "trainer_log.jsonl").exists()
+
+
+@pytest.mark.acceptance
+def test_the_nlg_eval_predict_config_runs_unchanged_with_a_trained_adapter(prefect_api, checkout, tiny_model_dir,
+                                                                          monkeypatch):
+    """examples/extras/nlg_eval: do_predict with LLaMA-Factory's adapter of a finished training, no training itself.
+    Given on the command line: the model, the adapter (trained here first, by its own sft example), the output dir,
+    and, as max_steps for the trainings, the answers' length (max_new_tokens; its default is 1024 per answer)."""
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(checkout)
+    adapter = checkout / "saves" / "nlg_eval_adapter"
+    train(checkout, "examples/train_lora/qwen3_lora_sft.yaml", f"model_name_or_path={tiny_model_dir}",
+          f"output_dir={adapter}", f"max_steps={STEPS}")
+    out = checkout / "saves" / "nlg_eval_predict"
+    result = train(checkout, "examples/extras/nlg_eval/llama3_lora_predict.yaml", f"model_name_or_path={tiny_model_dir}",
+                   f"adapter_name_or_path={adapter}", f"output_dir={out}", "max_new_tokens=16")
+
+    lines = [json.loads(line) for line in (out / "generated_predictions.jsonl").read_text().splitlines()]
+    assert len(lines) == result["num_samples"] == 100, "max_samples: 50 of identity and 50 of alpaca_en_demo"
+    assert all(list(row) == ["prompt", "predict", "label"] and row["label"] for row in lines)
+    scores = json.loads((out / "predict_results.json").read_text())
+    assert set(scores) == {"predict_rouge-1", "predict_rouge-2", "predict_rouge-l", "predict_bleu-4"}
+    assert not (out / "adapter_model.safetensors").exists(), "nothing was trained"
+    run = MlflowClient(f"sqlite:///{checkout / 'mlflow.db'}").get_run(result["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.params["adapter_name_or_path"] == str(adapter)
+    assert {k: run.data.metrics[k] for k in scores} == pytest.approx(scores)
+
+
+def test_the_ray_example_is_refused_up_front_with_what_to_use_instead(checkout, tiny_model_dir, monkeypatch, capsys):
+    from flows.cli import run
+
+    monkeypatch.chdir(checkout)
+    out = checkout / "saves" / "ray"
+    assert run(["train", "examples/train_lora/qwen3_lora_sft_ray.yaml", f"model_name_or_path={tiny_model_dir}",
+                "dataset_dir=data", f"output_dir={out}"]) == 2  # its dataset_dir is a hub repo
+    refused = capsys.readouterr().err
+    assert "'ray_num_workers'" in refused and "Ray" in refused and "num_machines" in refused
+    assert "docs/machines.md" in refused and "problems" not in refused and "Traceback" not in refused
+    assert not out.exists()

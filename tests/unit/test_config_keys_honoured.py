@@ -364,7 +364,7 @@ def tokenizer_loaded(config, tokenizer) -> dict:
 def generation_settings(config, tokenizer) -> dict | None:
     """What `predict_with_generate` generates with (PPO samples in its rollout: see `training`)."""
     from tuneline.evaluation.generation import eos_token_ids
-    from tuneline.train.predict import generation_config
+    from tuneline.evaluation.prediction import generation_config
 
     if config.stage == "ppo":
         return None

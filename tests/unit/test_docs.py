@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tuneline.config.ray_keys import RAY_KEYS
 from tuneline.config.training_keys import UNSUPPORTED_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -13,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_compatibility_page_names_every_refused_key():
     page = (REPO / "docs" / "llamafactory-compatibility.md").read_text(encoding="utf-8")
-    assert [key for key in UNSUPPORTED_KEYS if f"`{key}`" not in page] == []
+    assert [key for key in (*UNSUPPORTED_KEYS, *RAY_KEYS) if f"`{key}`" not in page] == []
 
 
 def test_the_readme_links_pages_that_exist_and_stays_short():

@@ -14,6 +14,7 @@ import yaml
 from tuneline.config.args import GROUPS
 from tuneline.config.checkpointing import resolve_checkpointing
 from tuneline.config.coerce import coerce
+from tuneline.config.ray_keys import RAY_KEYS, ray_problems
 from tuneline.config.run_config import RunConfig
 from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
 from tuneline.config.validate import check_combinations
@@ -72,6 +73,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
     values: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
     training: dict[str, Any] = dict(TRAINING_DEFAULTS)
     problems: list[str] = []
+    ray_keys: list[str] = []
     for key, value in raw.items():
         if key in GROUP_FIELDS:
             group, fld, annotation = GROUP_FIELDS[key]
@@ -86,10 +88,16 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
             problem = None if value == UNSUPPORTED_KEYS[key] else (  # its default is what tuneline does anyway
                 f"'{key}: {value}' is a LLaMA-Factory option tuneline does not support (only its default, "
                 f"{UNSUPPORTED_KEYS[key]!r}, is accepted); remove it")
+        elif key in RAY_KEYS:  # one message for them all, below
+            ray_keys.append(key)
+            problem = None
         else:
             problem = f"unknown key '{key}'{did_you_mean(key, ALL_KEYS)}"
         if problem:
             problems.append(problem)
+    problems += ray_problems(ray_keys)
+    if "do_train" not in raw and training.get("do_predict"):  # LLaMA-Factory's default: predict only
+        training["do_train"] = False
     config = RunConfig(**{g: GROUPS[g](**v) for g, v in values.items()}, training=training, source=source)
     _fill_derived(config)
     problems += resolve_checkpointing(config)

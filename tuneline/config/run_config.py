@@ -74,9 +74,16 @@ class RunConfig:
         return bool(self.eval_dataset_names) or bool(self.data.val_size)
 
     @property
+    def predict_only(self) -> bool:
+        """`do_predict` without `do_train` (LLaMA-Factory's nlg_eval): the flow answers the eval set, trains nothing."""
+        return bool(self.training.get("do_predict")) and not self.training.get("do_train")
+
+    @property
     def run_name(self) -> str:
         if self.pipeline.run_name:
             return self.pipeline.run_name
+        if self.predict_only:
+            return f"predict {self.model_short_name} {self.data.eval_dataset or self.data.dataset}"
         return f"{self.stage}-{self.finetuning.finetuning_type} {self.model_short_name} {self.data.dataset}"
 
     @property

@@ -159,9 +159,19 @@ def scope_problems(config: RunConfig) -> list[str]:
         value = flat.get(key)
         if value is not None and value != accepted:
             problems.append(f"'{key}: {value}' has no effect: {why}; remove it")
-    do_predict = config.training.get("do_predict")
-    if do_predict and not config.training.get("predict_with_generate"):
+    return problems + predict_problems(config)
+
+
+def predict_problems(config: RunConfig) -> list[str]:
+    """`do_predict` generates (sft only, as `predict_with_generate` is) answers to a held-out set."""
+    if not config.training.get("do_predict"):
+        return []
+    problems = []
+    if not config.training.get("predict_with_generate"):
         problems.append("'do_predict: true' has no effect without generation: tuneline predicts with "
                         "'predict_with_generate: true' (answers to the validation split, in generated_predictions.jsonl)"
                         "; set that, or remove 'do_predict'")
+    if not (config.eval_dataset_names or (config.data.val_size and config.dataset_names)):
+        problems.append("'do_predict: true' answers the prompts of a held-out set and there is none: set "
+                        "'eval_dataset' (entries of dataset_info.json), or 'val_size' with 'dataset'")
     return problems

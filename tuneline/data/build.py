@@ -133,7 +133,7 @@ def _split(config: RunConfig, train, evaluation):
             raise DataError(f"val_size {val} leaves no training rows out of {len(train)}; lower it")
         parts = train.train_test_split(test_size=size, seed=seed_of(config))
         train, evaluation = parts["train"], parts["test"]
-    splits = {"train": train}
+    splits = {"train": train} if train is not None else {}
     if evaluation is not None:
         splits["validation"] = evaluation
     return DatasetDict(splits)
@@ -143,7 +143,7 @@ def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str,
     from tuneline.data.template_catalog import get_template
     from tuneline.model.tokenizer import load_tokenizer
 
-    train_loaded = load_examples(config, config.dataset_names)
+    train_loaded = load_examples(config, config.dataset_names)  # none for a prediction without training
     eval_loaded = load_examples(config, config.eval_dataset_names) if config.eval_dataset_names else None
     bad = train_loaded.bad + (eval_loaded.bad if eval_loaded else [])
     if bad and config.data.on_bad_rows != "skip":  # row checks stop before anything is tokenized
@@ -151,7 +151,8 @@ def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str,
     tokenizer = load_tokenizer(config.model)
     template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system,
                             config.data.tool_date)
-    train, train_bad, truncated = _encode(config, mix(config, train_loaded), tokenizer, template)
+    train, train_bad, truncated = (_encode(config, mix(config, train_loaded), tokenizer, template)
+                                   if train_loaded.names else (None, [], 0))
     evaluation, eval_bad = None, []
     if eval_loaded:
         evaluation, eval_bad, eval_truncated = _encode(config, mix(config, eval_loaded), tokenizer, template)
@@ -164,9 +165,10 @@ def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str,
     splits = _split(config, train, evaluation)
     splits.save_to_disk(str(folder))
     (folder / INPUTS_FILE).write_text(json.dumps(inputs, sort_keys=True, default=str))
-    return {"stage": config.stage, "train_rows": len(splits["train"]),
+    return {"stage": config.stage, "train_rows": len(splits["train"]) if "train" in splits else 0,
             "eval_rows": len(splits["validation"]) if "validation" in splits else 0,
-            "bad_rows": bad_counts, "truncated_rows": truncated, "tokens": count_tokens(splits["train"])}
+            "bad_rows": bad_counts, "truncated_rows": truncated,
+            "tokens": count_tokens(splits["train"]) if "train" in splits else 0}
 
 
 def count_tokens(dataset) -> int:

@@ -16,7 +16,7 @@ from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.model.fingerprint import model_fingerprint, reward_model_fingerprint
 from tuneline.step_cache import cached_step
 
-# Bump when a metric's meaning changes; edits to the evaluation sources also change keys (see _code_version).
+# Bump when a metric's meaning changes; edits to the evaluation sources also change keys (see code_version).
 EVAL_VERSION = "1"
 # Every module of tuneline.evaluation, and the reward scoring it shares with PPO.
 EVAL_SOURCES = (*sorted(Path(__file__).parent.glob("*.py")),
@@ -49,12 +49,12 @@ def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
     """Key of one evaluation result."""
     reward_model = reward_model_fingerprint(config, memo_dir(config))  # memoised: a large reward model is read once
     sampling = config.slice(*PPO_EVAL_KEYS) if reward_model else None
-    return fingerprint("evaluate", EVAL_VERSION, _code_version(), model_key, dataset_fingerprint,
+    return fingerprint("evaluate", EVAL_VERSION, code_version(), model_key, dataset_fingerprint,
                        config.slice(*EVAL_KEYS), reward_model, sampling)
 
 
 @functools.lru_cache(maxsize=1)
-def _code_version() -> str:
+def code_version() -> str:
     """Hash of the evaluation code, so a fixed metric is never answered from a stale cache entry."""
     return fingerprint({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in EVAL_SOURCES})
 

@@ -157,8 +157,9 @@ STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = 
 }
 
 
-def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:
-    """{"metrics", "num_samples", "predictions"} for the model at adapter_dir (or the base model)."""
+def eval_context(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> EvalContext:
+    """The validation split, tokenizer and model (at adapter_dir, or the base) that an evaluation or a prediction
+    runs on; torch seeded from `seed`."""
     import torch
 
     from tuneline.data import build_collator
@@ -171,9 +172,14 @@ def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None)
     model = load_eval_model(config, tokenizer, adapter_dir)
     batch_size = int(config.training.get("per_device_eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE)
     media = dataset_media(config, tokenizer, [data])
-    ctx = EvalContext(config, model, tokenizer, data, batch_size, predictions=[],
-                      media=media and build_collator(config.stage, tokenizer, media=media))
+    return EvalContext(config, model, tokenizer, data, batch_size, predictions=[],
+                       media=media and build_collator(config.stage, tokenizer, media=media))
+
+
+def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:
+    """{"metrics", "num_samples", "predictions"} for the model at adapter_dir (or the base model)."""
+    ctx = eval_context(config, dataset_ref, adapter_dir)
     metrics: dict[str, float] = {}
     for step in STAGE_STEPS[config.stage]:
         metrics.update(step(ctx))
-    return {"metrics": metrics, "num_samples": len(data), "predictions": ctx.predictions}
+    return {"metrics": metrics, "num_samples": len(ctx.data), "predictions": ctx.predictions}

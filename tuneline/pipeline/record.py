@@ -5,6 +5,7 @@ restart that resumes the same training reopens the same run."""
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from tuneline import tracking
 from tuneline.config import RunConfig
-from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, not_evaluated
+from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, PREDICT_RESULTS, not_evaluated
 from tuneline.pipeline import keys
 from tuneline.training_contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
 
@@ -82,7 +83,7 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
         "tuneline.stage": config.stage,
         "tuneline.finetuning_type": config.finetuning.finetuning_type,
         "tuneline.base_model": str(config.model.model_name_or_path),
-        "tuneline.dataset": str(config.data.dataset),
+        "tuneline.dataset": str(config.data.dataset or config.data.eval_dataset),
         "tuneline.dataset_fingerprint": dataset_fp,
         "tuneline.git_commit": commit or "unknown",
         **source_tags(commit),
@@ -133,6 +134,8 @@ def record_training(run: dict, config: RunConfig, trained: dict) -> None:
     for name in ("tuneline_config.yaml", "trainer_log.jsonl", PREDICTIONS_FILE):
         if (output_dir / name).is_file():
             tracking.log_artifacts(run_id, output_dir / name, tracking_uri=uri)
+    if (output_dir / PREDICT_RESULTS).is_file():  # `predict_with_generate`: the child's scores of its answers
+        _log_fresh_metrics(run, json.loads((output_dir / PREDICT_RESULTS).read_text(encoding="utf-8")))
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = final_model_files(output_dir, Path(tmp) / "trained", link=True)  # the MLflow model copies
         tracking.log_and_register_model(run_id, model_dir, None, {}, loading_recipe(config), serving_config(config),
@@ -191,8 +194,29 @@ def record_dataset(run: dict, config: RunConfig, dataset: dict) -> None:
         data = config.data
         source = {"dataset_dir": str(Path(data.dataset_dir).resolve()), "dataset": data.dataset,
                   "eval_dataset": data.eval_dataset}
-        tracking.log_dataset_input(run_id, data.dataset, dataset["fingerprint"][:16], source, facts, "training",
-                                   tracking_uri=uri)
+        context = "evaluation" if config.predict_only else "training"
+        tracking.log_dataset_input(run_id, data.dataset or data.eval_dataset, dataset["fingerprint"][:16], source,
+                                   facts, context, tracking_uri=uri)
+
+
+def _log_fresh_metrics(run: dict, metrics: dict) -> dict[str, float]:
+    """Log the numeric metrics the run does not hold yet (a cached rerun logs nothing); returns those logged."""
+    logged = tracking.get_run_metrics(run["tracking_uri"], run["run_id"])
+    fresh = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and k not in logged}
+    if fresh:
+        tracking.log_metrics(run["run_id"], fresh, tracking_uri=run["tracking_uri"])
+    return fresh
+
+
+def record_predictions(run: dict, predicted: dict) -> None:
+    """A prediction's answers (generated_predictions.jsonl) and scores (predict_results.json and metrics), once per
+    run; then the run is finished."""
+    uri, run_id, folder = run["tracking_uri"], run["run_id"], Path(predicted["path"])
+    if not set(predicted["metrics"]) <= set(tracking.get_run_metrics(uri, run_id)):  # the answers first
+        for name in (PREDICTIONS_FILE, PREDICT_RESULTS):
+            tracking.log_artifacts(run_id, folder / name, tracking_uri=uri)
+        _log_fresh_metrics(run, predicted["metrics"])
+    tracking.finish_run(run_id, "FINISHED", tracking_uri=uri)
 
 
 def record_plots(run: dict, paths: list[str]) -> None:

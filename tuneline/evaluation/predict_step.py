@@ -1,0 +1,66 @@
+"""The cached `predict` step of a `do_predict` run without training: its key, and the cache folder that answers it.
+No torch here.
+
+Keyed like `evaluate` (the model's content, the data, the code) plus every generating key: the same model asked
+the same questions the same way is answered from the cache. The files are then copied into output_dir, where
+LLaMA-Factory leaves them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tuneline.evaluation.cached import code_version
+from tuneline.fingerprint import fingerprint
+from tuneline.step_cache import cached_step, entry_dir, is_complete
+from tuneline.training_contract import PREDICTIONS_FILE
+
+PREDICT_VERSION = "1"
+PREDICT_RESULTS = "predict_results.json"  # LLaMA-Factory's name for the metrics (trainer.save_metrics("predict"))
+# What changes the answers besides the model and the data: how rows are encoded and batched, and how to generate.
+PREDICT_KEYS = ("stage", "cutoff_len", "template", "per_device_eval_batch_size", "seed", "do_sample", "temperature",
+                "top_p", "top_k", "num_beams", "max_new_tokens", "repetition_penalty", "length_penalty",
+                "skip_special_tokens", "generation_max_length", "generation_num_beams")
+
+
+def predict_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
+    return fingerprint("predict", PREDICT_VERSION, code_version(), model_key, dataset_fingerprint,
+                       config.slice(*PREDICT_KEYS))
+
+
+def predict_model(config, dataset_ref: dict[str, Any], model_key: str) -> dict[str, Any]:
+    """Answers and scores of the model the config names (base and `adapter_name_or_path`) for the validation split;
+    cached under `<pipeline_cache_dir>/predict/<key>/`, then copied into output_dir."""
+    key = predict_fingerprint(config, model_key, str(dataset_ref.get("fingerprint", "")))
+
+    def build(folder: Path) -> dict[str, Any]:
+        from tuneline.evaluation.prediction import run_prediction, write_predictions
+
+        records, metrics = run_prediction(config, dataset_ref, None)
+        write_predictions(folder / PREDICTIONS_FILE, records)
+        (folder / PREDICT_RESULTS).write_text(json.dumps(metrics, indent=2, sort_keys=True), encoding="utf-8")
+        return {"metrics": metrics, "num_samples": len(records), "model_key": model_key}
+
+    ref = cached_step(config.pipeline.pipeline_cache_dir, "predict", key, build,
+                      refresh=config.pipeline.refresh_cache)
+    copy_into_output_dir(Path(ref["path"]), config.output_dir)
+    return {**ref, "output_dir": str(config.output_dir)}
+
+
+def predictions_in_place(config, key: str) -> bool:
+    """Whether the cache entry of `key` is whole and output_dir holds its files (else the step runs again)."""
+    entry = entry_dir(config.pipeline.pipeline_cache_dir, "predict", key)
+    return is_complete(entry) and all((config.output_dir / name).is_file() for name in (PREDICTIONS_FILE,
+                                                                                          PREDICT_RESULTS))
+
+
+def copy_into_output_dir(folder: Path, output_dir: Path) -> None:
+    """generated_predictions.jsonl and predict_results.json beside each other in output_dir (each written whole)."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for name in (PREDICTIONS_FILE, PREDICT_RESULTS):
+        tmp = output_dir / f".{name}.tmp"
+        shutil.copyfile(folder / name, tmp)
+        os.replace(tmp, output_dir / name)
