@@ -50,6 +50,9 @@ def optimizer_problems(config: RunConfig, world_size: int | None = None) -> list
             problems.append(str(exc))
         if getattr(ft, f"{method}_layerwise"):
             problems += _layerwise_problems(config, method, world_size)
+    if ft.use_muon and deepspeed and zero_stage(deepspeed):
+        problems.append(f"'use_muon: true' orthogonalizes whole 2-D weights, which DeepSpeed ZeRO-{zero_stage(deepspeed)} "
+                        "hands to the optimizer as flat partitions; remove 'deepspeed' (or use ZeRO-0)")
     if ft.pure_bf16:
         if tr.get("fp16"):
             problems.append("'pure_bf16: true' trains in bf16; it conflicts with 'fp16: true': remove one")

@@ -6,6 +6,7 @@ learning-rate schedule and the weights)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -164,11 +165,14 @@ def test_what_these_keys_cannot_do_is_refused_before_a_run(tiny_model_dir, tmp_p
     assert refused in str(raised.value)
 
 
-def test_galore_under_deepspeed_is_refused(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(("key", "refused"), [("use_galore", "'use_galore: true' does not run under DeepSpeed"),
+                                              ("use_apollo", "'use_apollo: true' does not run under DeepSpeed"),
+                                              ("use_muon", "'use_muon: true' orthogonalizes whole 2-D weights")])
+def test_what_deepspeed_cannot_serve_is_refused(tiny_model_dir, tmp_path, key, refused):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}))
-    with pytest.raises(ConfigError, match=r"'use_galore: true' does not run under DeepSpeed"):
-        _config(tmp_path, tiny_model_dir, tmp_path / "out", use_galore=True, deepspeed=str(ds))
+    with pytest.raises(ConfigError, match=re.escape(refused)):
+        _config(tmp_path, tiny_model_dir, tmp_path / "out", **{key: True}, deepspeed=str(ds))
 
 
 def test_a_missing_optimizer_package_is_refused_naming_what_to_install(tiny_model_dir, tmp_path, monkeypatch):
