@@ -183,3 +183,50 @@ def test_a_missing_optimizer_package_is_refused_naming_what_to_install(tiny_mode
     config = _config(tmp_path, tiny_model_dir, tmp_path / "out", use_galore=True)
     [problem] = requirements.missing_requirements(config, cuda=False)
     assert problem.startswith("'use_galore: true' needs the galore-torch package: `pip install -e '.[galore]'`")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keys", [{"use_galore": True, "galore_layerwise": True, "galore_rank": 4},
+                                  {"use_muon": True}], ids=["galore_layerwise", "muon"])
+def test_a_killed_training_resumes_with_the_optimizer_state_exactly(tiny_model_dir, tmp_path, keys):
+    """`python -m tuneline.train` SIGKILLed once a checkpoint is complete, then launched again: it resumes there and
+    ends with the losses and weights of a run nobody interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from tuneline.data import build_dataset
+    from tuneline.train.checkpoints import checkpoint_step, complete_checkpoints
+
+    settings = {**keys, "max_steps": 8, "save_steps": 2, "lr_scheduler_type": "linear"}
+    dataset = build_dataset(_config(tmp_path, tiny_model_dir, tmp_path / "unused", **settings))
+    commands = {}
+    for name in ("reference", "killed"):
+        values = {**_config(tmp_path, tiny_model_dir, tmp_path / name, **settings).flat(),
+                  "output_dir": str(tmp_path / name)}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({k: v for k, v in values.items() if v is not None}))
+        commands[name] = [sys.executable, "-m", "tuneline.train", str(tmp_path / f"{name}.yaml"), "--dataset",
+                          dataset["path"]]
+    victim = subprocess.Popen(commands["killed"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while victim.poll() is None and not complete_checkpoints(tmp_path / "killed"):
+        time.sleep(0.02)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    killed_at = checkpoint_step(complete_checkpoints(tmp_path / "killed")[-1])
+    assert killed_at < 8, "killed too late to test resume"
+    for name in ("killed", "reference"):
+        done = subprocess.run(commands[name], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+    logs = {name: {e["current_steps"]: e["loss"] for e in map(json.loads, (tmp_path / name / "trainer_log.jsonl")
+                                                              .read_text().splitlines()) if "loss" in e}
+            for name in ("reference", "killed")}
+    assert sorted(logs["killed"]) == sorted(logs["reference"]) == list(range(1, 9))
+    for step in range(killed_at + 1, 9):
+        assert logs["killed"][step] == pytest.approx(logs["reference"][step], rel=1e-6, abs=1e-7), step
+    reference, killed = _weights(tmp_path / "reference"), _weights(tmp_path / "killed")
+    for name, tensor in reference.items():
+        torch.testing.assert_close(killed[name], tensor, rtol=0, atol=0, msg=name)
