@@ -89,7 +89,7 @@ def run_case(keys: dict, args) -> dict:
         if step >= 2:  # the first steps build projections and state
             times.append(time.perf_counter() - start)
     return {"ms_per_step": 1000 * sum(times) / len(times), "state_mb": state_bytes(optimizer.state_dict()) / 2**20,
-            "params_m": sum(p.numel() for p in model.parameters()) / 1e6, "last_loss": float(loss)}
+            "params_m": sum(p.numel() for p in model.parameters()) / 1e6, "last_loss": loss.item()}
 
 
 def main() -> None:
