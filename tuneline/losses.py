@@ -126,3 +126,26 @@ def _with_ref_rewards(losses, chosen_logps, rejected_logps, ref_chosen_logps, re
 
 def _policy_rewards(chosen_logps, rejected_logps, beta):
     return beta * chosen_logps.detach(), beta * rejected_logps.detach()
+
+
+# --- sft
+
+
+def dft_loss(outputs, labels, num_items_in_batch=None):
+    """Dynamic Fine-Tuning (Wu et al. 2025, LLaMA-Factory's `use_dft_loss`): each label token's cross-entropy
+    weighted by its probability under the model, detached, so confident tokens count more; summed over the label
+    tokens and divided by `num_items_in_batch` (the Trainer's count over the accumulated batches), else averaged.
+    `outputs` holds the model's logits; labels are unshifted (-100 never counts)."""
+    import torch
+
+    logits = outputs["logits"].float()
+    next_labels = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:].reshape(-1).to(logits.device)
+    per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), next_labels,
+                                                  ignore_index=-100, reduction="none")
+    counted = per_token[next_labels != -100]
+    if counted.numel() == 0:
+        return logits.sum() * 0.0  # keeps the graph: a batch without label tokens trains nothing
+    weighted = counted * torch.exp(-counted.detach())
+    if num_items_in_batch is None:
+        return weighted.mean()
+    return weighted.sum() / torch.as_tensor(num_items_in_batch, device=weighted.device)

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from tuneline.config import RunConfig, load_config
+from tuneline.config.optimizer_keys import optimizer_problems
 from tuneline.config.validate import badam_problems
 from tuneline.data.template_catalog import AUTO, TEMPLATES
 from tuneline.data.tools import TOOL_FORMATS
@@ -58,6 +59,8 @@ def machine_and_library_problems(config: RunConfig) -> list[str]:
                 + hub_media_problems(config))
     if cuda and not config.pipeline.num_processes and not badam_problems(config):  # one process per GPU
         problems += badam_problems(config, gpu_count())
+    if cuda and not config.pipeline.num_processes and not optimizer_problems(config):
+        problems += optimizer_problems(config, gpu_count())
     return problems
 
 

@@ -37,6 +37,15 @@ def attention_problem(name: str, cuda: bool) -> str | None:
     return None
 
 
+# finetuning key -> (modules it imports, comma-separated; the pip package; tuneline's extra that installs it)
+OPTIMIZER_PACKAGES = {
+    "use_badam": ("badam", "badam", "badam"),
+    "use_galore": ("galore_torch,bitsandbytes", "galore-torch", "galore"),  # galore_torch imports bitsandbytes
+    "use_apollo": ("apollo_torch,bitsandbytes", "apollo-torch", "apollo"),
+    "use_adam_mini": ("adam_mini", "adam-mini", "adam-mini"),
+}
+
+
 def missing_requirements(config, cuda: bool) -> list[str]:
     """Every package or device this config needs and this machine lacks; `cuda`: whether training gets a GPU."""
     problems = [quantization_problem("quantization_bit", config.model.quantization_bit, cuda),
@@ -45,6 +54,7 @@ def missing_requirements(config, cuda: bool) -> list[str]:
     if config.training.get("fp16") and not cuda:
         problems.append("'fp16: true' needs a CUDA GPU and none is visible; on CPU use 'bf16: true' or neither")
     problems += deepspeed_problems(config.training.get("deepspeed"))
-    if config.finetuning.use_badam and not installed("badam"):
-        problems.append("'use_badam: true' needs the badam package: `pip install -e '.[badam]'`")
+    problems += [f"'{key}: true' needs the {package} package: `pip install -e '.[{extra}]'` (or `pip install "
+                 f"{package}`)" for key, (module, package, extra) in OPTIMIZER_PACKAGES.items()
+                 if getattr(config.finetuning, key) and not all(installed(name) for name in module.split(","))]
     return [problem for problem in problems if problem]

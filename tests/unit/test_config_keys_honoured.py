@@ -58,6 +58,13 @@ CONTEXTS: dict[str, dict[str, Any]] = {
                      "badam_verbose"], BADAM),
     **dict.fromkeys(["badam_update_ratio", "badam_mask_mode"], {**BADAM, "badam_mode": "ratio"}),
     **dict.fromkeys(["pissa_iter", "pissa_convert"], {"pissa_init": True}),
+    **dict.fromkeys(["use_galore", "use_apollo", "pure_bf16"], {"finetuning_type": "full"}),
+    **dict.fromkeys(["galore_target", "galore_rank", "galore_update_interval", "galore_scale", "galore_proj_type",
+                     "galore_layerwise"], {"finetuning_type": "full", "use_galore": True}),
+    **dict.fromkeys(["apollo_target", "apollo_rank", "apollo_update_interval", "apollo_scale", "apollo_proj",
+                     "apollo_proj_type", "apollo_scale_type", "apollo_scale_front", "apollo_layerwise"],
+                    {"finetuning_type": "full", "use_apollo": True}),
+    **dict.fromkeys(["oft_rank", "oft_block_size", "oft_target", "module_dropout"], {"finetuning_type": "oft"}),
     "loraplus_lr_embedding": {"loraplus_lr_ratio": 4.0, "lora_target": "q_proj,embed_tokens"},
     "create_new_adapter": {"adapter_name_or_path": "<adapter>"},
     **dict.fromkeys(["pref_beta", "pref_ftx", "pref_loss", "dpo_label_smoothing", "ref_model", "precompute_ref"],
@@ -126,6 +133,7 @@ VALUES: dict[str, Any] = {
     "ddp_bucket_cap_mb": 10, "torch_empty_cache_steps": 2, "save_total_limit": 2, "early_stopping_steps": 2,
     "eval_accumulation_steps": 2, "eval_delay": 2.0, "local_rank": 0, "save_safetensors": False,
     "dpo_label_smoothing": 0.1, "top_p": 0.9, "adam_beta1": 0.8, "adam_beta2": 0.99,
+    "galore_target": "mlp", "apollo_target": "mlp", "oft_target": "q_proj,v_proj", "oft_block_size": 16,
 }
 
 # Where tuneline's default is not the schema's: checkpointing is on unless turned off, as in LLaMA-Factory;
@@ -570,7 +578,7 @@ FULL, RM = {"finetuning_type": "full"}, {"stage": "rm", "dataset": "demo_pref"}
 OUTSIDE = {**dict.fromkeys(["temperature", "top_p", "top_k"], {"do_sample": False}),
            **dict.fromkeys(["lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_dora",
                             "use_rslora"], FULL),
-           **dict.fromkeys(["compute_accuracy", "predict_with_generate", "label_smoothing_factor"], RM),
+           **dict.fromkeys(["compute_accuracy", "predict_with_generate", "label_smoothing_factor", "use_dft_loss"], RM),
            "save_steps": {"save_strategy": "no"}, "optim_args": {"optim": "adamw_torch"}}
 
 

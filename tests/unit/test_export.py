@@ -151,3 +151,24 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
     assert (logits(merged, batch) - _reference_logits(tiny_model_dir, adapters, batch)).abs().max() < 1e-4
     record = json.loads((tmp_path / "merged" / "tuneline_export.json").read_text())
     assert record["trained_in"] == f"mlflow run {run['run_id']}"
+
+
+def test_an_oft_adapter_exports_merged_like_a_lora_one(tiny_model_dir, batch, tmp_path):
+    """finetuning_type: oft saves a peft adapter: export (and evaluation, which loads the same way) merges it."""
+    from peft import OFTConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(3)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           OFTConfig(r=0, oft_block_size=8, target_modules=["q_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "oft_" in name:
+                param.normal_(std=0.2)  # away from OFT's identity start, so the adapter changes the logits
+    model.save_pretrained(str(tmp_path / "oft"))
+    out = export_model(_config(tiny_model_dir, finetuning_type="oft", adapter_name_or_path=str(tmp_path / "oft"),
+                               export_dir=str(tmp_path / "merged")))
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    reference = _reference_logits(tiny_model_dir, [str(tmp_path / "oft")], batch)
+    assert (reference - logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir), batch)).abs().max() > 1e-2
+    assert (logits(merged, batch) - reference).abs().max() < 1e-4

@@ -18,7 +18,8 @@ def arg(default: Any = None, help: str = "", choices: tuple | None = None) -> An
 
 
 STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto")
-FINETUNING_TYPES = ("lora", "freeze", "full")
+FINETUNING_TYPES = ("lora", "oft", "freeze", "full")
+ADAPTER_TYPES = ("lora", "oft")  # trained as a peft adapter, saved beside the base rather than merged
 PREF_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")
 
 
@@ -104,7 +105,11 @@ class DataArgs:
 @dataclass
 class FinetuningArgs:
     stage: str = arg("sft", "Training stage.", STAGES)
-    finetuning_type: str = arg("lora", "Which parameters train.", FINETUNING_TYPES)
+    finetuning_type: str = arg("lora", "Which parameters train (oft: an orthogonal peft adapter).", FINETUNING_TYPES)
+    pure_bf16: bool = arg(False, "Load and train the model in bf16 without fp32 master weights or autocast (less "
+                                 "memory, bf16 rounding in every update).")
+    use_dft_loss: bool = arg(False, "sft: Dynamic Fine-Tuning loss, each label token's cross-entropy weighted by its "
+                                    "(detached) probability.")
     plot_loss: bool = arg(False, "Save loss curves (tuneline always plots in the flow).")
     compute_accuracy: bool = arg(False, "Report token accuracy during sft evaluation.")
     early_stopping_steps: int | None = arg(None, "Stop after this many evaluations without improvement.")
@@ -124,6 +129,11 @@ class FinetuningArgs:
     pissa_init: bool = arg(False, "PiSSA initialisation of the adapter.")
     pissa_iter: int = arg(16, "Fast-SVD iterations for PiSSA; -1 for exact SVD.")
     pissa_convert: bool = arg(False, "Save the PiSSA adapter as a plain LoRA adapter on the original weights.")
+    # --- OFT (finetuning_type: oft; additional_target saves modules beside it as for LoRA)
+    oft_rank: int = arg(0, "OFT rank (number of blocks); 0: derived from oft_block_size.")
+    oft_block_size: int = arg(32, "OFT block size; 0: derived from oft_rank. Exactly one of the two is non-zero.")
+    oft_target: str = arg("all", "Comma-separated module names given OFT, or 'all' linear layers.")
+    module_dropout: float = arg(0.0, "OFT's multiplicative dropout (whole blocks set to identity).")
     # --- freeze
     freeze_trainable_layers: int = arg(2, "Trainable layers: last n if positive, first n if negative.")
     freeze_trainable_modules: str = arg("all", "Comma-separated module names trained in those layers.")
@@ -145,6 +155,32 @@ class FinetuningArgs:
     badam_update_ratio: float = arg(0.05, "Ratio of parameters updated in ratio mode.")
     badam_mask_mode: str = arg("adjacent", "Mask layout in ratio mode.", ("adjacent", "scatter"))
     badam_verbose: int = arg(0, "BAdam log level.")
+    # --- other optimizers (full or freeze training; one of these, BAdam or LoRA+ at a time)
+    use_galore: bool = arg(False, "GaLore: gradients projected to a low rank in the optimizer (galore-torch, through "
+                                  "transformers' galore_* optimizers).")
+    galore_target: str = arg("all", "Comma-separated module names whose Linear weights GaLore projects; 'all': "
+                                    "every Linear layer but the output layer.")
+    galore_rank: int = arg(16, "GaLore rank.")
+    galore_update_interval: int = arg(200, "Steps between GaLore projection updates.")
+    galore_scale: float = arg(2.0, "GaLore scale of the projected update.")
+    galore_proj_type: str = arg("std", "GaLore projection side.", ("std", "reverse_std", "right", "left", "full"))
+    galore_layerwise: bool = arg(False, "Update each parameter as soon as its gradient is ready (one process, "
+                                        "gradient_accumulation_steps 1, no DeepSpeed).")
+    use_apollo: bool = arg(False, "APOLLO: AdamW with low-rank scaled updates (apollo-torch, through transformers' "
+                                  "apollo_* optimizers).")
+    apollo_target: str = arg("all", "Comma-separated module names whose Linear weights APOLLO scales; 'all': every "
+                                    "Linear layer but the output layer.")
+    apollo_rank: int = arg(16, "APOLLO rank.")
+    apollo_update_interval: int = arg(200, "Steps between APOLLO projection updates.")
+    apollo_scale: float = arg(32.0, "APOLLO scale.")
+    apollo_proj: str = arg("random", "APOLLO projection.", ("svd", "random"))
+    apollo_proj_type: str = arg("std", "APOLLO projection side.", ("std", "right", "left"))
+    apollo_scale_type: str = arg("channel", "APOLLO scaling granularity.", ("channel", "tensor"))
+    apollo_scale_front: bool = arg(False, "Limit norm growth before APOLLO's scaling.")
+    apollo_layerwise: bool = arg(False, "Update each parameter as soon as its gradient is ready (one process, "
+                                        "gradient_accumulation_steps 1, no DeepSpeed).")
+    use_adam_mini: bool = arg(False, "Adam-mini (the adam-mini package): one second-moment value per block.")
+    use_muon: bool = arg(False, "Muon on 2-D weights (not embeddings or the output layer), AdamW on the rest.")
     # --- preference and RLHF
     pref_beta: float = arg(0.1, "Preference-loss temperature.")
     pref_ftx: float = arg(0.0, "Weight of the SFT loss added to the preference loss.")

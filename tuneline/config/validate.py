@@ -10,11 +10,11 @@ from pathlib import Path
 import yaml
 
 from tuneline.config.args import DataArgs
+from tuneline.config.optimizer_keys import optimizer_problems, zero_stage
 from tuneline.config.ppo_keys import ppo_problems
 from tuneline.config.run_config import RunConfig
 from tuneline.config.safety import safety_problems
 from tuneline.config.scope import scope_problems
-from tuneline.deepspeed_setup import read_ds_config
 from tuneline.errors import did_you_mean
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -130,6 +130,7 @@ def _check_keys(config: RunConfig) -> list[str]:
     if ft.use_badam and ft.finetuning_type != "full":
         problems.append(f"'use_badam' trains full parameters; it conflicts with 'finetuning_type: {ft.finetuning_type}'")
     problems += _adapter_method_problems(config) + ppo_problems(config) + badam_problems(config)
+    problems += optimizer_problems(config)
     problems += scope_problems(config)
     if not 0 <= ft.dpo_label_smoothing < 0.5:
         problems.append(f"'dpo_label_smoothing' is {ft.dpo_label_smoothing}; allowed: 0 <= value < 0.5")
@@ -164,6 +165,12 @@ def _adapter_method_problems(config: RunConfig) -> list[str]:
     if ft.loraplus_lr_ratio is not None and ft.finetuning_type != "lora":
         problems.append(f"'loraplus_lr_ratio' sets the learning rate of LoRA's B matrices; with 'finetuning_type: "
                         f"{ft.finetuning_type}' there are none: remove it, or use 'finetuning_type: lora'")
+    if ft.finetuning_type == "oft" and (ft.oft_rank == 0) == (ft.oft_block_size == 0):
+        problems.append(f"'oft_rank: {ft.oft_rank}' and 'oft_block_size: {ft.oft_block_size}' are both "
+                        f"{'set' if ft.oft_rank else 'zero'}; OFT takes one of them and derives the other: set the "
+                        "other to 0")
+    if not 0 <= ft.module_dropout < 1:
+        problems.append(f"'module_dropout' is {ft.module_dropout}; it must be at least 0 and below 1")
     if ft.pissa_convert and not ft.pissa_init:
         problems.append("'pissa_convert' converts a PiSSA adapter to plain LoRA; without 'pissa_init: true' the "
                         "adapter is plain LoRA already: remove it, or set 'pissa_init: true'")
@@ -202,14 +209,6 @@ def block_optimizer_problems(ft, world_size: int, stage: int) -> list[str]:
                 f"{f'ZeRO-{stage}' if stage else 'no DeepSpeed'}); use a ZeRO-3 'deepspeed' config or train in one "
                 "process ('num_processes: 1')"]
     return []
-
-
-def zero_stage(deepspeed) -> int:
-    """ZeRO stage of the `deepspeed` config (a dict or a JSON file); 0 without DeepSpeed, or with a config that cannot
-    be read (preflight refuses that one)."""
-    ds_config, _ = read_ds_config(deepspeed) if deepspeed else ({}, None)
-    zero = ds_config.get("zero_optimization") or {}
-    return int(zero.get("stage", 0) or 0) if isinstance(zero, dict) else 0
 
 
 def hub_repo_id(config: RunConfig) -> str:

@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from tuneline.config.args import ADAPTER_TYPES
 from tuneline.config.run_config import split_names
 from tuneline.errors import UserError
 
@@ -25,7 +26,7 @@ def tuned_adapters(config, adapter_dir: str) -> list[str]:
     """The adapters that make up the tuned model, as training built it: without `create_new_adapter` the saved adapter
     replaces the last of `adapter_name_or_path`, otherwise it comes on top of all of them."""
     existing = split_names(config.model.adapter_name_or_path)
-    continues_last = (config.finetuning.finetuning_type == "lora" and existing
+    continues_last = (config.finetuning.finetuning_type in ADAPTER_TYPES and existing
                       and not config.finetuning.create_new_adapter)
     return (existing[:-1] if continues_last else existing) + [str(adapter_dir)]
 

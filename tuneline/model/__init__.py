@@ -1,4 +1,5 @@
-"""Model side: tokenizer, processor and model loading, adapters, finetuning types, PiSSA, LoRA+ and BAdam optimizers.
+"""Model side: tokenizer, processor and model loading, adapters, finetuning types, PiSSA, and the optimizers
+LLaMA-Factory's keys choose (LoRA+, BAdam, GaLore, APOLLO, Adam-mini, Muon).
 
 Names are imported on first use, so `from tuneline.model import model_fingerprint` stays free of torch.
 """
@@ -22,6 +23,9 @@ _LAZY = {
     "create_loraplus_optimizer": "tuneline.model.optimizers",
     "create_badam_optimizer": "tuneline.model.optimizers",
     "prepare_trainer_for_badam": "tuneline.model.optimizers",
+    "create_low_rank_optimizer": "tuneline.model.low_rank_optimizers",
+    "create_muon_optimizer": "tuneline.model.muon_adam_mini",
+    "create_adam_mini_optimizer": "tuneline.model.muon_adam_mini",
     "badam_problems": "tuneline.config.validate",
     "load_processor": "tuneline.model.processor",
     "save_processor": "tuneline.model.processor",

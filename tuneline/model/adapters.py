@@ -1,4 +1,4 @@
-"""LoRA adapters: load (and merge) existing ones, or attach a new one from the config's lora_* keys.
+"""peft adapters: load (and merge) existing ones, or attach a new LoRA or OFT one from the lora_* / oft_* keys.
 
 Without `create_new_adapter`, all adapters but the last are merged and the last keeps training. A quantized base
 cannot absorb merges, so it takes exactly one adapter."""
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tuneline.config import RunConfig
+from tuneline.config.args import ADAPTER_TYPES
 from tuneline.config.run_config import split_names
 from tuneline.config.validate import check_model_path
 from tuneline.errors import ConfigError, UserError, did_you_mean
@@ -79,7 +80,7 @@ def attach_adapters(model, config: RunConfig, adapters: list[str], is_trainable:
     if quantized and len(adapters) > 1:
         raise ConfigError(f"a quantized model ('quantization_bit: {config.model.quantization_bit}') cannot merge "
                           f"adapters, so it takes one adapter; 'adapter_name_or_path' lists {len(adapters)}")
-    keeps_last = config.finetuning.finetuning_type == "lora" and (
+    keeps_last = config.finetuning.finetuning_type in ADAPTER_TYPES and (
         (is_trainable and not config.finetuning.create_new_adapter) or quantized)
     to_merge = adapters[:-1] if keeps_last else adapters
     for path in to_merge:
@@ -149,44 +150,72 @@ def _vision_modules_to_save(model, config: RunConfig) -> list[str]:
     return list(parts.projector) if parts and not config.finetuning.freeze_multi_modal_projector else []
 
 
+def _target_modules(model, config: RunConfig, key: str) -> list[str]:
+    """The modules `lora_target` / `oft_target` names: 'all' is every linear layer but the output layers; on a
+    vision-language model, full names outside the parts kept frozen."""
+    names = split_names(getattr(config.finetuning, key))
+    if names == ["all"]:
+        targets = sorted(linear_module_names(model))
+    else:
+        _check_module_names(model, key, names)
+        targets = names
+    if composite_parts(model.config):
+        targets = vision_lora_targets(model, config, set(targets), linear_only=names == ["all"])
+    return targets
+
+
+def _modules_to_save(model, config: RunConfig) -> list[str] | None:
+    """`additional_target`, the embeddings when new tokens need rows, and an unfrozen projector."""
+    extra = split_names(config.finetuning.additional_target)
+    _check_module_names(model, "additional_target", extra)
+    if not extra and (config.model.resize_vocab or config.model.add_special_tokens):
+        extra = _embedding_module_names(model)  # the new token rows must train and be saved with the adapter
+    extra += _vision_modules_to_save(model, config)
+    return extra or None
+
+
+def oft_config(model, config: RunConfig, add_valuehead: bool):
+    """peft OFTConfig from the oft_* keys, as LLaMA-Factory builds it (rank or block size, one of them 0)."""
+    from peft import OFTConfig, TaskType
+
+    ft = config.finetuning
+    return OFTConfig(task_type=TaskType.SEQ_CLS if add_valuehead else TaskType.CAUSAL_LM, r=ft.oft_rank,
+                     oft_block_size=ft.oft_block_size, target_modules=_target_modules(model, config, "oft_target"),
+                     module_dropout=ft.module_dropout, modules_to_save=_modules_to_save(model, config))
+
+
 def lora_config(model, config: RunConfig, add_valuehead: bool):
     """peft LoraConfig from the lora_* keys (and, on a vision-language model, the freeze_* keys)."""
     from peft import LoraConfig, TaskType
 
     ft = config.finetuning
-    names = split_names(ft.lora_target)
-    if names == ["all"]:
-        targets = sorted(linear_module_names(model))
-    else:
-        _check_module_names(model, "lora_target", names)
-        targets = names
-    if composite_parts(model.config):
-        targets = vision_lora_targets(model, config, set(targets), linear_only=names == ["all"])
-    extra = split_names(ft.additional_target)
-    _check_module_names(model, "additional_target", extra)
-    if not extra and (config.model.resize_vocab or config.model.add_special_tokens):
-        extra = _embedding_module_names(model)  # the new token rows must train and be saved with the adapter
-    extra += _vision_modules_to_save(model, config)
+    targets = _target_modules(model, config, "lora_target")
     init: bool | str = True
     if ft.pissa_init:
         init = "pissa" if ft.pissa_iter == -1 else f"pissa_niter_{ft.pissa_iter}"
     return LoraConfig(
         task_type=TaskType.SEQ_CLS if add_valuehead else TaskType.CAUSAL_LM,
         r=ft.lora_rank, lora_alpha=ft.lora_alpha or 2 * ft.lora_rank, lora_dropout=ft.lora_dropout,
-        target_modules=targets, modules_to_save=extra or None,
+        target_modules=targets, modules_to_save=_modules_to_save(model, config),
         use_rslora=ft.use_rslora, use_dora=ft.use_dora, init_lora_weights=init,
     )
 
 
-def add_lora(model, config: RunConfig, add_valuehead: bool):
-    """A fresh trainable LoRA adapter; PiSSA's randomized SVD is seeded so a resumed run rebuilds the same base."""
+def add_adapter(model, config: RunConfig, add_valuehead: bool):
+    """A fresh trainable LoRA or OFT adapter, its initialisation seeded so that a resumed run rebuilds the same one
+    (PiSSA's randomized SVD; OFT's identity start needs no seed)."""
     import torch
     from peft import get_peft_model
 
-    peft_config = lora_config(model, config, add_valuehead)
-    logger.info("new LoRA adapter: rank %d, alpha %s, targets %s%s", peft_config.r, peft_config.lora_alpha,
-                ",".join(sorted(peft_config.target_modules)), f", init {peft_config.init_lora_weights}"
-                if peft_config.init_lora_weights is not True else "")
+    if config.finetuning.finetuning_type == "oft":
+        peft_config = oft_config(model, config, add_valuehead)
+        logger.info("new OFT adapter: rank %d, block size %d, targets %s", peft_config.r, peft_config.oft_block_size,
+                    ",".join(sorted(peft_config.target_modules)))
+    else:
+        peft_config = lora_config(model, config, add_valuehead)
+        logger.info("new LoRA adapter: rank %d, alpha %s, targets %s%s", peft_config.r, peft_config.lora_alpha,
+                    ",".join(sorted(peft_config.target_modules)), f", init {peft_config.init_lora_weights}"
+                    if peft_config.init_lora_weights is not True else "")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(config.training.get("seed", 42)))
         with _without_peft_deprecation_notice():

@@ -26,7 +26,8 @@ FINETUNING_KEYS = (
     "finetuning_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
     "use_dora", "create_new_adapter", "pissa_init", "pissa_iter", "pissa_convert", "freeze_trainable_layers",
     "freeze_trainable_modules", "freeze_extra_modules", "use_badam", "badam_mode", "badam_start_block",
-    "badam_switch_mode", "badam_switch_interval", "badam_update_ratio", "badam_mask_mode",
+    "badam_switch_mode", "badam_switch_interval", "badam_update_ratio", "badam_mask_mode", "oft_rank",
+    "oft_block_size", "oft_target", "module_dropout", "pure_bf16",
 )
 
 

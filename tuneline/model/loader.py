@@ -14,11 +14,12 @@ import os
 import pickle
 
 from tuneline.config import RunConfig
+from tuneline.config.args import ADAPTER_TYPES
 from tuneline.config.checkpointing import checkpointing_kwargs
 from tuneline.config.run_config import split_names
 from tuneline.config.validate import check_model_path
 from tuneline.errors import ConfigError, UserError
-from tuneline.model.adapters import add_lora, attach_adapters, check_adapter_paths
+from tuneline.model.adapters import add_adapter, attach_adapters, check_adapter_paths
 from tuneline.model.batching import attention_kwargs
 from tuneline.model.freeze import setup_freeze, setup_full
 from tuneline.model.precision import compute_dtype, quantization_kwargs, trains_on_cpu
@@ -95,11 +96,13 @@ def grows_vocab(config: RunConfig) -> bool:
 
 
 def _prepare_for_training(model, config: RunConfig) -> None:
-    """Trainable weights in fp32 under half-precision autocast; gradient checkpointing unless turned off."""
+    """Trainable weights in fp32 under half-precision autocast (not with BAdam or pure_bf16); gradient checkpointing
+    unless turned off."""
     import torch
 
     half = {torch.float16, torch.bfloat16}
-    if not config.finetuning.use_badam:  # BAdam keeps its own fp32 copy of the active block
+    # BAdam keeps its own fp32 copy of the active block; pure_bf16 trains the bf16 weights themselves
+    if not (config.finetuning.use_badam or config.finetuning.pure_bf16):
         for param in model.parameters():
             if param.requires_grad and param.dtype in half:
                 param.data = param.data.float()
@@ -158,9 +161,9 @@ def load_model(config: RunConfig, tokenizer, is_trainable: bool = True, add_valu
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)  # enabled below, once
     model, keeps_adapter = attach_adapters(model, config, adapter_list, is_trainable)
     finetuning_type = config.finetuning.finetuning_type
-    if is_trainable and finetuning_type == "lora" and not keeps_adapter:
-        model = add_lora(model, config, add_valuehead)
-    elif is_trainable and finetuning_type != "lora":
+    if is_trainable and finetuning_type in ADAPTER_TYPES and not keeps_adapter:
+        model = add_adapter(model, config, add_valuehead)
+    elif is_trainable and finetuning_type not in ADAPTER_TYPES:
         TRAINABLE_SETUPS[finetuning_type](model, config)
     if is_trainable:
         _prepare_for_training(model, config)

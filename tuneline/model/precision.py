@@ -37,9 +37,12 @@ def training_precision(config: RunConfig) -> str:
 
 
 def compute_dtype(config: RunConfig, is_trainable: bool = True):
-    """torch dtype of the loaded weights; `infer_dtype` decides for inference when it is not 'auto'."""
+    """torch dtype of the loaded weights; `infer_dtype` decides for inference when it is not 'auto'; `pure_bf16`
+    trains in bf16 whatever the device (weights, gradients and optimizer state, as LLaMA-Factory does)."""
     import torch
 
+    if is_trainable and config.finetuning.pure_bf16:
+        return torch.bfloat16
     precision = training_precision(config)
     if not is_trainable and config.model.infer_dtype != "auto":
         precision = INFER_DTYPES[config.model.infer_dtype]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tuneline import tracking
 from tuneline.config import RunConfig
+from tuneline.config.args import ADAPTER_TYPES
 from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, PREDICT_RESULTS, not_evaluated
 from tuneline.pipeline import keys
 from tuneline.training_contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
@@ -275,7 +276,7 @@ def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: di
 
 def loading_recipe(config: RunConfig) -> str:
     base = config.model.model_name_or_path
-    if config.finetuning.finetuning_type == "lora":
+    if config.finetuning.finetuning_type in ADAPTER_TYPES:
         return (f"from peft import AutoPeftModelForCausalLM\n"
                 f"model = AutoPeftModelForCausalLM.from_pretrained('<that folder>')  # base: {base}\n")
     return ("from transformers import AutoModelForCausalLM\n"

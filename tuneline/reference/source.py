@@ -8,6 +8,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from tuneline.config.args import ADAPTER_TYPES
 from tuneline.data.mm.run_media import MEDIA_SETTINGS
 from tuneline.devices import gpu_count
 from tuneline.fingerprint import FileHasher, fingerprint
@@ -28,7 +29,7 @@ def reference_source(config) -> dict[str, Any]:
     if ft.ref_model:
         return {"kind": "ref_model", "model": ft.ref_model, "adapters": _split(ft.ref_model_adapters),
                 "quantization_bit": ft.ref_model_quantization_bit}
-    kind = "policy-without-adapter" if ft.finetuning_type == "lora" else "starting-model"
+    kind = "policy-without-adapter" if ft.finetuning_type in ADAPTER_TYPES else "starting-model"
     source = {"kind": kind, "model": model.model_name_or_path, "adapters": _split(model.adapter_name_or_path),
               "quantization_bit": model.quantization_bit}
     if kind == "policy-without-adapter":
@@ -71,7 +72,7 @@ def load_reference_model(config, tokenizer):
     ft = config.finetuning
     if ft.ref_model:
         return load_model(reference_config(config), tokenizer, is_trainable=False)
-    if ft.finetuning_type == "lora":
+    if ft.finetuning_type in ADAPTER_TYPES:
         return None
     return load_model(config, tokenizer, is_trainable=False)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tuneline.config.args import GROUPS
+from tuneline.config.args import ADAPTER_TYPES, GROUPS
 from tuneline.config.training_keys import TRAINING_DEFAULTS
 from tuneline.secrets import MASK, is_secret
 
@@ -49,7 +49,7 @@ def non_default_settings(config) -> dict[str, Any]:
 
 
 def front_matter(config) -> dict[str, Any]:
-    lora = config.finetuning.finetuning_type == "lora"
+    lora = config.finetuning.finetuning_type in ADAPTER_TYPES
     return {
         "base_model": str(config.model.model_name_or_path),
         "library_name": "peft" if lora else "transformers",
@@ -86,7 +86,7 @@ def settings_table(settings: dict[str, Any]) -> str:
 
 def load_snippet(config, out_dir: Path) -> str:
     base, here = config.model.model_name_or_path, str(out_dir)
-    if config.finetuning.finetuning_type == "lora":
+    if config.finetuning.finetuning_type in ADAPTER_TYPES:
         body = ("from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
                 f"base = AutoModelForCausalLM.from_pretrained({base!r})\n"
                 f"model = PeftModel.from_pretrained(base, {here!r})\n"

@@ -1,5 +1,6 @@
-"""Supervised fine-tuning: causal LM loss over response tokens only (labels -100 never count), token accuracy
-when `compute_accuracy`, and generated answers scored by ROUGE/BLEU when `predict_with_generate`.
+"""Supervised fine-tuning: causal LM loss over response tokens only (labels -100 never count), or Dynamic
+Fine-Tuning's probability-weighted one (`use_dft_loss`), token accuracy when `compute_accuracy`, and generated
+answers scored by ROUGE/BLEU when `predict_with_generate`.
 
 A training step projects onto the vocabulary only the positions whose next token is a label (transformers'
 `logits_to_keep` mask and `shift_labels`): prompt and padding positions would be projected, then ignored by the
@@ -44,6 +45,13 @@ def sft_metrics(config, tokenizer):
 
 
 class SFTTrainer(TunelineTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.finetuning_args, "use_dft_loss", False):
+            from tuneline.losses import dft_loss
+
+            self.compute_loss_func = dft_loss  # the Trainer hands it the outputs and the labels it set aside
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if return_outputs or not self.projects_label_positions_only:  # evaluation keeps every position's logits
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)

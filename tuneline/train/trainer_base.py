@@ -20,11 +20,14 @@ log = logging.getLogger(__name__)
 
 # finetuning key that turns a custom optimizer on -> the tuneline.model function that builds it.
 MEDIA_LOADER_WORKERS = 2  # default DataLoader workers when rows hold images: they decode while the model trains
-CUSTOM_OPTIMIZERS = (("loraplus_lr_ratio", "create_loraplus_optimizer"), ("use_badam", "create_badam_optimizer"))
+CUSTOM_OPTIMIZERS = (("use_galore", "create_low_rank_optimizer"), ("use_apollo", "create_low_rank_optimizer"),
+                     ("loraplus_lr_ratio", "create_loraplus_optimizer"), ("use_badam", "create_badam_optimizer"),
+                     ("use_adam_mini", "create_adam_mini_optimizer"), ("use_muon", "create_muon_optimizer"))
 
 
 def build_custom_optimizer(model, training_args, finetuning_args):
-    """LoRA+ or BAdam when the config asks for them (built by tuneline.model), else None (the Trainer's own)."""
+    """The optimizer a finetuning key asks for (built by tuneline.model; validation lets one at most be set), else
+    None (the Trainer's own)."""
     if finetuning_args is None:
         return None
     for key, factory_name in CUSTOM_OPTIMIZERS:
