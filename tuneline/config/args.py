@@ -17,7 +17,7 @@ def arg(default: Any = None, help: str = "", choices: tuple | None = None) -> An
     return field(default=default, metadata=meta)
 
 
-STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto")
+STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto", "grpo")
 FINETUNING_TYPES = ("lora", "freeze", "full")
 PREF_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")
 
@@ -202,8 +202,9 @@ class PipelineArgs:
     eval_max_samples: int = arg(64, "Generated answers scored by `evaluate` (exact match, ROUGE, BLEU).")
     eval_max_new_tokens: int = arg(32, "Tokens generated per answer by `evaluate`.")
     num_processes: int | None = arg(None, "Training processes; default one per GPU, or 1 on CPU.")
-    reward_model_config: str | None = arg(None, "ppo: a `stage: rm` config the flow runs first, as a cached "
-                                          "subflow; its output becomes reward_model.")
+    reward_model_config: str | None = arg(None, "ppo and grpo: a `stage: rm` config the flow runs first, as a "
+                                          "cached subflow; its output becomes reward_model (grpo: one more "
+                                          "reward_funcs item).")
     accelerate_config: str | None = arg(None, "An accelerate config file (e.g. FSDP) passed to the launcher.")
     num_machines: int = arg(1, "Machines that train together; with more than 1, the main machine (machine_rank 0) "
                             "runs `tuneline train` and each other one `tuneline train-node CONFIG --machine-rank N`. "
@@ -216,10 +217,13 @@ class PipelineArgs:
                                         "several machines); the same on every machine.")
 
 
+from tuneline.config.grpo_keys import GrpoArgs  # noqa: E402  (it builds its fields with `arg` above)
+
 GROUPS: dict[str, type] = {
     "model": ModelArgs,
     "data": DataArgs,
     "finetuning": FinetuningArgs,
     "generating": GeneratingArgs,
     "pipeline": PipelineArgs,
+    "grpo": GrpoArgs,
 }

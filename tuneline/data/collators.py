@@ -26,8 +26,9 @@ STAGE_GROUPS: dict[str, list[list[str]]] = {
     "dpo": _PAIR,
     "kto": [["input_ids", "attention_mask", "labels"], ["kl_input_ids", "kl_attention_mask", "kl_labels"]],
     "ppo": [["input_ids", "attention_mask"]],
+    "grpo": [["input_ids", "attention_mask"]],
 }
-LEFT_PADDED = ("ppo",)
+LEFT_PADDED = ("ppo", "grpo")
 
 
 def _pad_value(column: str, pad_id: int) -> int:

@@ -22,6 +22,7 @@ STAGE_COLUMNS = {
     "rm": tuple(f"{s}_{c}" for s in ("chosen", "rejected") for c in ("input_ids", "attention_mask", "labels")),
     "kto": ("input_ids", "attention_mask", "labels", "kto_tags", "kl_input_ids", "kl_attention_mask", "kl_labels"),
     "ppo": ("input_ids", "attention_mask"),
+    "grpo": ("input_ids", "attention_mask", "prompt", "solution"),
 }
 STAGE_COLUMNS["dpo"] = STAGE_COLUMNS["rm"]
 CHECK_COLUMNS = ("_problem", "_file", "_row")
@@ -221,5 +222,14 @@ def encode_pt(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
             TRUNCATED: truncated}
 
 
+def encode_grpo(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
+    """ppo's prompts, also as the text trl's GRPOTrainer tokenizes (the template's rendering, special tokens
+    written out), and the last answer, when the row has one, as the `solution` reward functions receive."""
+    out = encode_ppo(enc, batch)
+    out["prompt"] = [enc.tokenizer.decode(ids, skip_special_tokens=False) for ids in out["input_ids"]]
+    out["solution"] = [r[0]["content"] if len(r) == 1 else "" for r in batch["_response"]]
+    return out
+
+
 STAGE_ENCODERS = {"pt": encode_pt, "sft": encode_sft, "rm": encode_pairwise, "dpo": encode_pairwise,
-                  "kto": encode_kto, "ppo": encode_ppo}
+                  "kto": encode_kto, "ppo": encode_ppo, "grpo": encode_grpo}

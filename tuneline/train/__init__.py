@@ -26,6 +26,7 @@ STAGE_MODULES: dict[str, str] = {
     "dpo": "tuneline.train.dpo",
     "kto": "tuneline.train.kto",
     "ppo": "tuneline.train.ppo",
+    "grpo": "tuneline.train.grpo",
 }
 
 
