@@ -4,18 +4,10 @@ HF `TrainingArguments` keys are not repeated here: they live in `training_keys.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-
-def arg(default: Any = None, help: str = "", choices: tuple | None = None) -> Any:
-    meta = {"help": help}
-    if choices:
-        meta["choices"] = choices
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
+from tuneline.config.fields import arg
+from tuneline.config.grpo_keys import GrpoArgs
 
 STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto", "grpo")
 FINETUNING_TYPES = ("lora", "freeze", "full")
@@ -216,8 +208,6 @@ class PipelineArgs:
     main_process_port: int | None = arg(None, "Port on the main machine where the machines meet (default 29500 with "
                                         "several machines); the same on every machine.")
 
-
-from tuneline.config.grpo_keys import GrpoArgs  # noqa: E402  (it builds its fields with `arg` above)
 
 GROUPS: dict[str, type] = {
     "model": ModelArgs,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from tuneline.config.args import arg
+from tuneline.config.fields import arg
 
 GRPO_STAGES = ("grpo",)
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
