@@ -58,9 +58,13 @@ def grpo_problems(config) -> list[str]:
     if not grpo.reward_funcs and not config.pipeline.reward_model_config:
         problems.append("'stage: grpo' needs 'reward_funcs': a list of trl built-ins (e.g. think_format), "
                         "'file.py:function' items or reward model folders")
-    if grpo.reward_weights is not None and len(grpo.reward_weights) != len(grpo.reward_funcs or []):
-        problems.append(f"'reward_weights' has {len(grpo.reward_weights)} weights for {len(grpo.reward_funcs or [])} "
-                        "'reward_funcs'; give one weight per reward")
+    rewards = len(grpo.reward_funcs or []) + bool(config.pipeline.reward_model_config)  # its model comes last
+    if grpo.reward_weights is not None and len(grpo.reward_weights) != rewards:
+        problems.append(f"'reward_weights' has {len(grpo.reward_weights)} weights for {rewards} rewards "
+                        "('reward_funcs', then the model of 'reward_model_config'); give one weight per reward")
+    if not config.generating.do_sample:
+        problems.append("'do_sample: false' has no effect under 'stage: grpo': GRPO compares sampled answers; "
+                        "remove it")
     if any(isinstance(w, bool) or not isinstance(w, (int, float)) for w in grpo.reward_weights or []):
         problems.append(f"'reward_weights: {grpo.reward_weights}' must be numbers")
     if grpo.num_generations < 2:
