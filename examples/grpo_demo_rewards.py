@@ -14,5 +14,7 @@ def digit_share(completions, **kwargs):
 
 
 def concise(completions, completion_ids, **kwargs):
-    """1.0 for an answer that stops at once, falling to 0.0 at 8 tokens (the demo's max_completion_length)."""
-    return [max(0.0, 1.0 - len(ids) / 8) for ids in completion_ids]
+    """1.0 for a one-token answer, falling to 0.0 at 8 tokens (the demo's max_completion_length); an empty answer
+    earns nothing, or stopping at once would be the easiest reward to win."""
+    pairs = zip(completions, completion_ids, strict=True)
+    return [max(0.0, 1.0 - (len(ids) - 1) / 8) if text.strip() else 0.0 for text, ids in pairs]

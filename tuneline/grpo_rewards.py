@@ -33,7 +33,7 @@ def item_problem(item: str) -> str:
     builtin = builtin_reward(item)
     if builtin is not None:
         if builtin[1] and importlib.util.find_spec("math_verify") is None:
-            return f"'reward_funcs' item '{item}' needs the math-verify package: pip install 'math-verify>=0.8'"
+            return f"'reward_funcs' item '{item}' needs the math-verify package: pip install 'tuneline[math]'"
         return ""
     located = reward_function_path(item)
     if located is not None:

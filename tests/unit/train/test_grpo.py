@@ -4,6 +4,7 @@ step's paired scoring, a sweep over a grpo key, and a killed run resuming to the
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -90,7 +91,7 @@ def test_every_reward_and_grpo_key_problem_is_refused_before_training_at_once(ti
 
     bad = {**config_values(tiny_model_dir, tmp_path / "out", **GRPO), "use_vllm": True,
            "reward_funcs": ["think_formt", f"{rewards_file}:nope", f"{rewards_file}:no_kwargs",
-                            str(tmp_path / "missing.py") + ":f", str(tmp_path)],
+                            str(tmp_path / "missing.py") + ":f", str(tmp_path), "accuracy"],
            "reward_weights": [1.0, 2.0], "num_generations": 1}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
@@ -102,8 +103,10 @@ def test_every_reward_and_grpo_key_problem_is_refused_before_training_at_once(ti
                      "no_kwargs(prompts=..., completions=..., solution=..., **kwargs) and it cannot take that",
                      "missing.py' does not exist", "is a folder without a model",
                      "'use_vllm: true' generates with vLLM, which needs a CUDA GPU",
-                     "'reward_weights' has 2 weights for 5 rewards", "'num_generations: 1' must be at least 2"):
+                     "'reward_weights' has 2 weights for 6 rewards", "'num_generations: 1' must be at least 2"):
         assert expected in message
+    if importlib.util.find_spec("math_verify") is None:  # not installed here: the accuracy rewards need it
+        assert "'accuracy' needs the math-verify package: pip install 'tuneline[math]'" in message
     sft = {**config_values(tiny_model_dir, tmp_path / "sft"), "beta": 0.04}
     with pytest.raises(ConfigError, match="'beta: 0.04' has no effect in this run: it applies only with 'stage: "
                                           "grpo'"):
