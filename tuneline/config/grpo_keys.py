@@ -73,6 +73,8 @@ def grpo_problems(config) -> list[str]:
     if config.finetuning.reward_model or config.finetuning.reward_model_adapters:
         problems.append("'reward_model' is ppo's key; under 'stage: grpo' list the reward model folder in "
                         "'reward_funcs'")
+    if grpo.vllm_mode != GRPO_DEFAULTS["vllm_mode"] and not grpo.use_vllm:
+        problems.append(f"'vllm_mode: {grpo.vllm_mode}' has no effect without 'use_vllm: true'; remove it")
     for key, accepted in NOT_FOR_GRPO.items():
         value = config.training.get(key)
         if value not in (None, accepted):
