@@ -18,7 +18,7 @@ from typing import Any
 from trl import GRPOConfig, GRPOTrainer
 
 from tuneline.errors import ConfigError
-from tuneline.train.trainer_base import StageSpec, TunelineTrainer, split_of, train_and_evaluate
+from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_trainer, split_of
 
 SPEC = StageSpec(name="grpo")
 PROMPT_COLUMNS = ["prompt", "solution"]  # what trl reads and hands to the reward functions; the ids stay behind
@@ -62,7 +62,7 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict[str, Any]:
     from tuneline.grpo_rewards import resolve_reward_funcs
     from tuneline.model.loader import load_model
     from tuneline.model.tokenizer import load_tokenizer
-    from tuneline.train.callbacks import MlflowMetricsCallback, build_callbacks
+    from tuneline.train.callbacks import build_callbacks
 
     args = grpo_training_args(config)
     tokenizer = load_tokenizer(config.model)
@@ -79,10 +79,4 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict[str, Any]:
         eval_dataset=prompts_of(evals) if args.eval_strategy != "no" else None, processing_class=tokenizer,
         callbacks=callbacks, finetuning_args=config.finetuning)
     trainer.reward_func_names = names  # the metric names trl logs (rewards/<name>/mean): the config's own
-    try:
-        metrics = train_and_evaluate(trainer, config, SPEC, tokenizer)
-    finally:
-        for callback in callbacks:
-            if isinstance(callback, MlflowMetricsCallback):
-                callback.close()
-    return {"output_dir": str(args.output_dir), "global_step": trainer.state.global_step, "metrics": metrics}
+    return run_trainer(trainer, config, SPEC, tokenizer, callbacks)
