@@ -93,5 +93,5 @@ def test_grpo_scores_with_a_builtin_a_function_and_the_reward_model_its_config_t
     assert run.data.params["stage"] == "grpo" and str(root / "rm") in run.data.params["reward_funcs"]
     for metric in ("rewards/letter_share/mean", "rewards/rm/mean", "reward_std", "kl", "completions/mean_length"):
         history = client.get_metric_history(result["mlflow_run_id"], metric)
-        assert sorted(m.step for m in history) == [2], metric  # logged by trl at logging_steps, by global step
+        assert sorted(m.step for m in history) == [2, 3], metric  # by global step: logging_steps and the last
     assert (root / "grpo" / "training_reward.png").is_file(), "the plot step draws the reward curve"
