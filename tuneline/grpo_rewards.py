@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable
 from pathlib import Path
 
-from tuneline.config.grpo_keys import BUILTIN_REWARDS, builtin_reward, reward_function_path
+from tuneline.config.grpo_keys import BUILTIN_REWARDS, GRPO_STAGES, builtin_reward, reward_function_path
 from tuneline.errors import ConfigError, did_you_mean
 
 # what trl passes every reward function besides the dataset's columns (`solution` here)
@@ -24,7 +24,7 @@ TRL_REWARD_KWARGS = ("prompts", "completions", "completion_ids", "solution", "tr
 def reward_funcs_problems(config) -> list[str]:
     """Every `reward_funcs` item that cannot be called: unknown names, missing files or functions, wrong signatures,
     a built-in whose package is missing."""
-    if config.stage != "grpo":
+    if config.stage not in GRPO_STAGES:
         return []
     return [problem for item in config.grpo.reward_funcs or [] if (problem := item_problem(str(item)))]
 
@@ -142,7 +142,7 @@ def reward_model_function(config, folder: str, tokenizer, device=None) -> Callab
 
 def grpo_machine_problems(config, cuda: bool) -> list[str]:
     """What a grpo run needs from this machine and its packages: callable rewards, and vLLM only where it runs."""
-    if config.stage != "grpo":
+    if config.stage not in GRPO_STAGES:
         return []
     problems = reward_funcs_problems(config)
     if config.grpo.use_vllm and not cuda:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tuneline.config.fields import arg
 from tuneline.config.grpo_keys import GrpoArgs
 
-STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto", "grpo")
+STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto", "grpo", "rloo")  # grpo, rloo: tuneline's, on trl's trainers
 FINETUNING_TYPES = ("lora", "freeze", "full")
 PREF_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")
 

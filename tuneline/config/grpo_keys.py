@@ -9,7 +9,8 @@ from dataclasses import dataclass, fields
 
 from tuneline.config.fields import arg
 
-GRPO_STAGES = ("grpo",)
+GRPO_STAGES = ("grpo", "rloo")  # rloo: the same keys on trl's RLOOTrainer, less those it has not
+NOT_FOR_RLOO = ("loss_type", "scale_rewards")  # RLOOConfig has neither: its loss and advantages are its own
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 
 
@@ -53,36 +54,40 @@ def grpo_problems(config) -> list[str]:
     """grpo keys set outside `stage: grpo`, and settings `stage: grpo` cannot honour (checkable from the config)."""
     grpo, problems = config.grpo, []
     if config.stage not in GRPO_STAGES:
-        return [f"'{key}: {getattr(grpo, key)}' has no effect in this run: it applies only with 'stage: grpo'; "
+        return [f"'{key}: {getattr(grpo, key)}' has no effect in this run: it applies only with 'stage: grpo' or "
+                "'rloo'; "
                 "remove it" for key in GRPO_KEYS if getattr(grpo, key) != GRPO_DEFAULTS[key]]
+    problems += [f"'{key}: {getattr(grpo, key)}' has no effect under 'stage: rloo': trl's RLOOTrainer has no such "
+                 "setting; remove it" for key in NOT_FOR_RLOO
+                 if config.stage == "rloo" and getattr(grpo, key) != GRPO_DEFAULTS[key]]
     if not grpo.reward_funcs and not config.pipeline.reward_model_config:
-        problems.append("'stage: grpo' needs 'reward_funcs': a list of trl built-ins (e.g. think_format), "
+        problems.append(f"'stage: {config.stage}' needs 'reward_funcs': a list of trl built-ins (e.g. think_format), "
                         "'file.py:function' items or reward model folders")
     rewards = len(grpo.reward_funcs or []) + bool(config.pipeline.reward_model_config)  # its model comes last
     if grpo.reward_weights is not None and len(grpo.reward_weights) != rewards:
         problems.append(f"'reward_weights' has {len(grpo.reward_weights)} weights for {rewards} rewards "
                         "('reward_funcs', then the model of 'reward_model_config'); give one weight per reward")
     if not config.generating.do_sample:
-        problems.append("'do_sample: false' has no effect under 'stage: grpo': GRPO compares sampled answers; "
-                        "remove it")
+        problems.append(f"'do_sample: false' has no effect under 'stage: {config.stage}': it compares sampled "
+                        "answers; remove it")
     if any(isinstance(w, bool) or not isinstance(w, (int, float)) for w in grpo.reward_weights or []):
         problems.append(f"'reward_weights: {grpo.reward_weights}' must be numbers")
     if grpo.num_generations < 2:
         problems.append(f"'num_generations: {grpo.num_generations}' must be at least 2: GRPO compares the answers "
                         "of one prompt with each other")
     if config.finetuning.reward_model or config.finetuning.reward_model_adapters:
-        problems.append("'reward_model' is ppo's key; under 'stage: grpo' list the reward model folder in "
+        problems.append(f"'reward_model' is ppo's key; under 'stage: {config.stage}' list the reward model folder in "
                         "'reward_funcs'")
     if grpo.vllm_mode != GRPO_DEFAULTS["vllm_mode"] and not grpo.use_vllm:
         problems.append(f"'vllm_mode: {grpo.vllm_mode}' has no effect without 'use_vllm: true'; remove it")
     for key, accepted in NOT_FOR_GRPO.items():
         value = config.training.get(key)
         if value not in (None, accepted):
-            problems.append(f"'{key}: {value}' has no effect under 'stage: grpo': trl's GRPOTrainer does not read "
-                            "it; the flow's evaluate step samples and scores answers; remove it")
+            problems.append(f"'{key}: {value}' has no effect under 'stage: {config.stage}': trl's trainer does not "
+                            "read it; the flow's evaluate step samples and scores answers; remove it")
     if config.generating.num_beams != 1:
-        problems.append(f"'num_beams: {config.generating.num_beams}' has no effect under 'stage: grpo': answers are "
-                        "sampled; remove it")
+        problems.append(f"'num_beams: {config.generating.num_beams}' has no effect under 'stage: {config.stage}': "
+                        "answers are sampled; remove it")
     return problems
 
 

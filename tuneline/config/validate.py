@@ -143,7 +143,7 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'cutoff_len' is {data.cutoff_len}; it must be at least 2")
     if data.val_size < 0 or (data.val_size > 1 and not float(data.val_size).is_integer()):
         problems.append(f"'val_size' is {data.val_size}; use a fraction in (0, 1) or a whole row count")
-    if tr.get("do_train", True) and not data.dataset and ft.stage not in ("ppo", "grpo"):
+    if tr.get("do_train", True) and not data.dataset and ft.stage not in ("ppo", "grpo", "rloo"):
         problems.append("'dataset' is required for training: name one or more entries of dataset_info.json")
     problems += _accepted_but_not_built(config) + hub_repo_problems(config) + safety_problems(config)
     for key in ("load_best_model_at_end", "early_stopping_steps"):

@@ -27,8 +27,9 @@ STAGE_GROUPS: dict[str, list[list[str]]] = {
     "kto": [["input_ids", "attention_mask", "labels"], ["kl_input_ids", "kl_attention_mask", "kl_labels"]],
     "ppo": [["input_ids", "attention_mask"]],
     "grpo": [["input_ids", "attention_mask"]],
+    "rloo": [["input_ids", "attention_mask"]],
 }
-LEFT_PADDED = ("ppo", "grpo")
+LEFT_PADDED = ("ppo", "grpo", "rloo")
 
 
 def _pad_value(column: str, pad_id: int) -> int:

@@ -24,6 +24,7 @@ STAGE_COLUMNS = {
     "ppo": ("input_ids", "attention_mask"),
     "grpo": ("input_ids", "attention_mask", "prompt", "solution"),
 }
+STAGE_COLUMNS["rloo"] = STAGE_COLUMNS["grpo"]
 STAGE_COLUMNS["dpo"] = STAGE_COLUMNS["rm"]
 CHECK_COLUMNS = ("_problem", "_file", "_row")
 TRUNCATED = "_truncated"
@@ -236,4 +237,5 @@ def encode_grpo(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
 
 
 STAGE_ENCODERS = {"pt": encode_pt, "sft": encode_sft, "rm": encode_pairwise, "dpo": encode_pairwise,
-                  "kto": encode_kto, "ppo": encode_ppo, "grpo": encode_grpo}
+                  "kto": encode_kto, "ppo": encode_ppo, "grpo": encode_grpo,
+                  "rloo": encode_grpo}

@@ -49,7 +49,7 @@ def not_evaluated(*evaluations: dict) -> str | None:
 def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
     """Key of one evaluation result."""
     reward_model = reward_model_fingerprint(config, memo_dir(config))  # memoised: a large reward model is read once
-    keys = PPO_EVAL_KEYS + (GRPO_EVAL_KEYS if config.stage == "grpo" else ())
+    keys = PPO_EVAL_KEYS + (GRPO_EVAL_KEYS if config.stage in ("grpo", "rloo") else ())
     sampling = config.slice(*keys) if reward_model else None
     return fingerprint("evaluate", EVAL_VERSION, _code_version(), model_key, dataset_fingerprint,
                        config.slice(*EVAL_KEYS), reward_model, sampling)

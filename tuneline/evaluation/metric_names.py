@@ -17,6 +17,7 @@ STAGE_METRICS = {
     "kto": (*LANGUAGE_MODEL, *PAIRWISE),
     "ppo": ("reward",),
     "grpo": ("reward",),  # and reward_<name> per reward function
+    "rloo": ("reward",),
 }
 TRAIN_METRICS = ("train_loss",)  # the trainer's mean loss over the run (not ppo's own loop)
 

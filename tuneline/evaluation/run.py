@@ -136,6 +136,7 @@ STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = 
     "kto": (pairwise_step,),
     "ppo": (policy_reward_step,),
     "grpo": (reward_functions_step,),
+    "rloo": (reward_functions_step,),
 }
 
 

@@ -64,7 +64,7 @@ def reward_model_fingerprint(config: RunConfig, memo_dir: str | Path | None = No
     """ppo's reward model and its adapters by content (a retrained reward model in the same folder changes it),
     grpo's reward functions; None for every other stage."""
     ft = config.finetuning
-    if config.stage == "grpo":
+    if config.stage in ("grpo", "rloo"):
         return grpo_rewards_fingerprint(config, memo_dir)
     if config.stage != "ppo":
         return None

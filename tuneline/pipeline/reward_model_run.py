@@ -11,7 +11,7 @@ def reward_model_overrides(reward_model_config: str, reward_output_dir: str, con
 
     from tuneline.config import load_config
 
-    if config is not None and config.stage == "grpo":
+    if config is not None and config.stage in ("grpo", "rloo"):
         items = [*(config.grpo.reward_funcs or []), reward_output_dir]
         return [f"reward_funcs={json.dumps(items)}", "reward_model_config=null"]
 

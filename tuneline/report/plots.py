@@ -21,6 +21,7 @@ STAGE_PLOT_KEYS: dict[str, tuple[str, ...]] = {
     "kto": ("loss", "eval_loss", "rewards/chosen"),
     "ppo": ("loss", "reward"),
     "grpo": ("loss", "reward"),
+    "rloo": ("loss", "reward"),
 }
 
 RAW_ALPHA = 0.4

@@ -27,6 +27,7 @@ STAGE_MODULES: dict[str, str] = {
     "kto": "tuneline.train.kto",
     "ppo": "tuneline.train.ppo",
     "grpo": "tuneline.train.grpo",
+    "rloo": "tuneline.train.grpo",  # the same run on trl's RLOOTrainer
 }
 
 

@@ -1,4 +1,5 @@
-"""`stage: grpo` -- Group Relative Policy Optimization, trained by trl's GRPOTrainer.
+"""`stage: grpo` -- Group Relative Policy Optimization, trained by trl's GRPOTrainer; `stage: rloo` the same run on
+trl's RLOOTrainer (REINFORCE Leave-One-Out: each answer's baseline is the mean reward of the others of its prompt).
 
 Run through the flow (`tuneline train examples/grpo_lora_demo.yaml`) or in a training process
 (`accelerate launch -m tuneline.train <config>`), which calls `run` below.
@@ -15,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
+from tuneline.config.grpo_keys import NOT_FOR_RLOO
 from tuneline.errors import ConfigError
 from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_trainer, split_of
 
-SPEC = StageSpec(name="grpo")
 PROMPT_COLUMNS = ["prompt", "solution"]  # what trl reads and hands to the reward functions; the ids stay behind
 
 
@@ -29,8 +30,16 @@ class TunelineGRPOTrainer(TunelineTrainer, GRPOTrainer):
     method order, and calls on into GRPOTrainer)."""
 
 
-def grpo_training_args(config, **overrides: Any) -> GRPOConfig:
-    """GRPOConfig from the training keys (as every stage builds its TrainingArguments), the grpo keys under trl's
+class TunelineRLOOTrainer(TunelineTrainer, RLOOTrainer):
+    """trl's RLOO loop, with the same of tuneline's as TunelineGRPOTrainer."""
+
+
+# stage -> (trl's config class, the trainer class tuneline builds)
+TRAINERS = {"grpo": (GRPOConfig, TunelineGRPOTrainer), "rloo": (RLOOConfig, TunelineRLOOTrainer)}
+
+
+def grpo_training_args(config, **overrides: Any) -> GRPOConfig | RLOOConfig:
+    """GRPOConfig (RLOOConfig for rloo) from the training keys (as every stage builds its TrainingArguments), the grpo keys under trl's
     names, and the generating keys for sampling."""
     import dataclasses
 
@@ -41,13 +50,16 @@ def grpo_training_args(config, **overrides: Any) -> GRPOConfig:
     kwargs.setdefault("gradient_checkpointing", False)  # tuneline.model sets it up when loading, as for every stage
     grpo = dataclasses.asdict(config.grpo)
     grpo.pop("reward_funcs")
+    if config.stage == "rloo":
+        for key in NOT_FOR_RLOO:  # refused at any other value than the default (config/grpo_keys.py)
+            grpo.pop(key)
     gen = config.generating
     kwargs.update(grpo, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k,
                   repetition_penalty=gen.repetition_penalty, **overrides)
     try:
-        return GRPOConfig(**kwargs)
+        return TRAINERS[config.stage][0](**kwargs)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"grpo settings rejected by trl: {exc}", source=config.source) from None
+        raise ConfigError(f"{config.stage} settings rejected by trl: {exc}", source=config.source) from None
 
 
 def prompts_of(split):
@@ -74,9 +86,9 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict[str, Any]:
     set_seed(args.seed)
     model = load_model(config, tokenizer, is_trainable=True)
     callbacks = build_callbacks(config, args.output_dir, extra_callbacks)
-    trainer = TunelineGRPOTrainer(
+    trainer = TRAINERS[config.stage][1](
         model=model, reward_funcs=reward_funcs, args=args, train_dataset=prompts_of(train),
         eval_dataset=prompts_of(evals) if args.eval_strategy != "no" else None, processing_class=tokenizer,
         callbacks=callbacks, finetuning_args=config.finetuning)
     trainer.reward_func_names = names  # the metric names trl logs (rewards/<name>/mean): the config's own
-    return run_trainer(trainer, config, SPEC, tokenizer, callbacks)
+    return run_trainer(trainer, config, StageSpec(name=config.stage), tokenizer, callbacks)

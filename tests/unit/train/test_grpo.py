@@ -226,3 +226,20 @@ def test_a_killed_grpo_run_resumes_to_the_uninterrupted_runs_weights(tiny_model_
     have = load_file(str(killed_dir / "adapter_model.safetensors"))
     for name, value in want.items():
         assert (have[name] - value).abs().max().item() < 1e-5, name
+
+
+@pytest.mark.slow
+def test_rloo_trains_the_same_run_on_trls_rloo_trainer(tiny_model_dir, tmp_path, rewards_file):
+    from tuneline.data import build_dataset
+    from tuneline.train import stage_runner
+
+    with pytest.raises(ConfigError, match="'loss_type: grpo' has no effect under 'stage: rloo'"):
+        grpo_config(tiny_model_dir, tmp_path / "bad", stage="rloo", dataset="demo_sft", loss_type="grpo",
+                    reward_funcs=["think_format"])
+    config = grpo_config(tiny_model_dir, tmp_path / "out", stage="rloo", dataset="demo_sft", beta=0.05,
+                         reward_funcs=[f"{rewards_file}:letter_share"])
+    result = stage_runner("rloo")(config, build_dataset(config), [])
+    assert result["global_step"] == 2
+    logs = [json.loads(line) for line in (tmp_path / "out" / "trainer_log.jsonl").read_text().splitlines()]
+    assert [r["current_steps"] for r in logs if "rewards/letter_share/mean" in r] == [1, 2]
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file()
