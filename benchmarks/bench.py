@@ -29,6 +29,8 @@ resumes from that checkpoint as LLaMA-Factory documents).
 Ours runs against a `prefect server start` the script starts on 127.0.0.1 (how a scheduled retrain runs);
 Prefect's temporary server, a plain `tuneline train` with no server, costs more per command (orchestration_overhead
 .py measures it). Results go to benchmarks/results/latest.md and latest.json (with the machine) and are printed.
+The grpo row (`--grpo-steps 0` skips it) is not paired with LLaMA-Factory, which has no GRPO: grpo_vs_trl.py runs
+our grpo flow against a plain script calling trl's GRPOTrainer on the same model, prompts, rewards and seed.
 Figures only: nothing here is asserted.
 """
 
@@ -310,7 +312,19 @@ def _cell(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def markdown(meta: dict, pairs: list[dict], extras: list[dict]) -> str:
+def grpo_lines(grpo: dict | None) -> list[str]:
+    if not grpo:
+        return []
+    curve = ", ".join(f"{step}: {ours:.3f}/{_cell(theirs, '.3f')}" for step, ours, theirs in grpo["curve"])
+    return ["", "| grpo-lora vs plain trl | wall s | train s |", "|---|---|---|",
+            f"| tuneline (flow) | {grpo['ours_wall_s']:.1f} | {grpo['ours_train_s']:.1f} |",
+            f"| plain trl GRPOTrainer script | {grpo['plain_wall_s']:.1f} | {grpo['plain_train_s']:.1f} |",
+            f"| tuneline's extra per run | {grpo['extra_wall_s']:.1f} | |", "",
+            f"Mean reward by step, tuneline/trl ({grpo['steps']} steps; largest gap "
+            f"{_cell(grpo['max_reward_gap'], '.4f')}): {curve}"]
+
+
+def markdown(meta: dict, pairs: list[dict], extras: list[dict], grpo: dict | None = None) -> str:
     head = "| pair | system | " + " | ".join(title for _, title, _ in COLUMNS) + " |"
     lines = [f"# tuneline vs LLaMA-Factory ({meta['date']})", "",
              f"{meta['machine']}; {meta['versions']}; {meta['settings']}", "",
@@ -332,7 +346,7 @@ def markdown(meta: dict, pairs: list[dict], extras: list[dict]) -> str:
         lines += ["", "| extra | system | wall s | resumed | final loss | note |", "|---|---|---|---|---|---|"]
         lines += [f"| {e['what']} | {e['system']} | {_cell(e.get('wall_s'), '.1f')} | {e.get('resumed', '-')} | "
                   f"{_cell(e.get('loss'), '.4f')} | {e.get('note', '')} |" for e in extras]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + grpo_lines(grpo)) + "\n"
 
 
 def machine() -> dict:
@@ -382,6 +396,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on (both systems)")
     parser.add_argument("--no-extras", action="store_true", help="skip the re-run and crash rows")
+    parser.add_argument("--grpo-steps", type=int, default=20, help="steps of the grpo-vs-trl row; 0 skips it")
     parser.add_argument("--workdir", type=Path, help="kept afterwards (default: a temporary folder)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -409,12 +424,17 @@ def main() -> None:
                           f"{_cell(row.get('train_s'), '.1f')} s, loss {_cell(row.get('loss'), '.4f')}"
                           f"{' ERROR ' + row['error'] if row.get('error') else ''}", flush=True)
         extras = [] if args.no_extras else extras_rows(work, keys, prefect_env, args.steps)
+        grpo = None
+        if args.grpo_steps:
+            from grpo_vs_trl import grpo_comparison
+
+            grpo = grpo_comparison(work / "grpo", args.grpo_steps, prefect_env)
     pairs = summary(rows)
-    table = markdown(meta, pairs, extras)
+    table = markdown(meta, pairs, extras, grpo)
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "latest.md").write_text(table)
     (args.results / "latest.json").write_text(json.dumps({"meta": meta, "pairs": pairs, "extras": extras,
-                                                          "runs": rows}, indent=2))
+                                                          "grpo": grpo, "runs": rows}, indent=2))
     print(table)
     print(f"written: {args.results / 'latest.md'}, {args.results / 'latest.json'}; runs kept in {work}")
 

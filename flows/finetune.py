@@ -71,7 +71,7 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
         reward = finetune(config.pipeline.reward_model_config,
                           overrides=["refresh_cache=true"] if config.pipeline.refresh_cache else [])  # --no-cache: all
         overrides = [*overrides, *reward_model_overrides(config.pipeline.reward_model_config,
-                                                                 reward["output_dir"])]
+                                                                 reward["output_dir"], config)]
         config = load_config(config_path, overrides)
     cache = _cache_options(config)
     run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, _flow_run_url(),

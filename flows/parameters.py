@@ -19,7 +19,7 @@ class Settings(BaseModel):
 
     model_name_or_path: str | None = Field(None, description="Base model: a hub id or a local folder.")
     dataset: str | None = Field(None, description="Training data: names in dataset_info.json, comma-separated.")
-    stage: Literal["pt", "sft", "rm", "dpo", "kto", "ppo"] | None = Field(None, description="Training stage.")
+    stage: Literal["pt", "sft", "rm", "dpo", "kto", "ppo", "grpo", "rloo"] | None = Field(None, description="Training stage.")
     finetuning_type: Literal["lora", "oft", "freeze", "full"] | None = Field(None, description="What is trained.")
     learning_rate: float | None = Field(None, gt=0, description="Peak learning rate.")
     num_train_epochs: float | None = Field(None, gt=0, description="Epochs (unless max_steps is set).")

@@ -1,5 +1,6 @@
-"""dpo and ppo through the whole flow on the tiny model, against a real Prefect API and MLflow store: the
-reference step is a cache hit across a pref_beta sweep, and ppo trains its reward model first as a subflow."""
+"""dpo, ppo and grpo through the whole flow on the tiny model, against a real Prefect API and MLflow store: the
+reference step is a cache hit across a pref_beta sweep, ppo trains its reward model first as a subflow, and grpo
+scores with a built-in, a file's function and that reward model, logging trl's step metrics to MLflow."""
 
 import json
 import shutil
@@ -26,7 +27,14 @@ def root(tmp_path_factory, tiny_model_dir):
         "ppo": {"stage": "ppo", "dataset": "demo_sft", "max_samples": 48, "val_size": 8, "max_steps": 3,
                 "per_device_train_batch_size": 4, "ppo_epochs": 1, "max_new_tokens": 4,
                 "reward_model_config": str(root / "rm.yaml"), "output_dir": str(root / "ppo")},
+        "grpo": {"stage": "grpo", "dataset": "demo_sft", "max_samples": 48, "val_size": 8, "max_steps": 3,
+                 "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 4, "beta": 0.04,
+                 "reward_funcs": ["think_format", f"{root / 'rewards.py'}:letter_share"],
+                 "reward_weights": [1.0, 1.0, 0.5], "reward_model_config": str(root / "rm.yaml"),
+                 "output_dir": str(root / "grpo")},
     }
+    (root / "rewards.py").write_text("def letter_share(completions, **kwargs):\n"
+                                     "    return [sum(c.isalpha() for c in t) / max(len(t), 1) for t in completions]\n")
     for name, values in configs.items():
         (root / f"{name}.yaml").write_text(yaml.safe_dump({**common, **values}))
     return root
@@ -70,3 +78,20 @@ def test_ppo_trains_its_reward_model_first_as_a_subflow(prefect_api, root):
     assert all(set(s) == {"Cached"} for name, s in states.items() if name in STEPS), states
     assert (root / "rm" / "run.json").stat().st_mtime_ns == marker, "the reward model is not retrained"
     assert again["mlflow_run_id"] == result["mlflow_run_id"]
+
+
+@pytest.mark.slow
+def test_grpo_scores_with_a_builtin_a_function_and_the_reward_model_its_config_trains(prefect_api, root):
+    from mlflow import MlflowClient
+
+    result, states = run_flow(root / "grpo.yaml")
+    assert STEPS <= set(states) and states["train"] == ["Completed"], states
+    names = {"reward", "reward_think_format", "reward_letter_share", "reward_rm"}
+    assert set(result["base"]) == set(result["tuned"]) == names, "the before/after table: each reward and the total"
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    run = client.get_run(result["mlflow_run_id"])
+    assert run.data.params["stage"] == "grpo" and str(root / "rm") in run.data.params["reward_funcs"]
+    for metric in ("rewards/letter_share/mean", "rewards/rm/mean", "reward_std", "kl", "completions/mean_length"):
+        history = client.get_metric_history(result["mlflow_run_id"], metric)
+        assert sorted(m.step for m in history) == [2, 3], metric  # by global step: logging_steps and the last
+    assert (root / "grpo" / "training_reward.png").is_file(), "the plot step draws the reward curve"

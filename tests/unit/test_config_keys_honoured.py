@@ -50,7 +50,13 @@ PREF, KTO = {"stage": "dpo", "dataset": "demo_pref"}, {"stage": "kto", "dataset"
 PPO = {"stage": "ppo", "reward_model": "<model>", "reward_model_type": "full", "max_new_tokens": 4}
 EVAL = {"val_size": 4, "eval_strategy": "steps", "eval_steps": 2}
 BADAM = {"finetuning_type": "full", "use_badam": True}
+GRPO = {"stage": "grpo", "reward_funcs": ["think_format"], "per_device_train_batch_size": 8}
 CONTEXTS: dict[str, dict[str, Any]] = {
+    **dict.fromkeys(["reward_funcs", "num_generations", "max_completion_length", "beta", "loss_type", "epsilon",
+                     "epsilon_high", "num_iterations", "scale_rewards", "mask_truncated_completions",
+                     "steps_per_generation", "generation_batch_size"], GRPO),
+    "reward_weights": GRPO,
+    "vllm_mode": {**GRPO, "use_vllm": True},
     **dict.fromkeys(["freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"],
                     {"finetuning_type": "freeze"}),
     "use_badam": {"finetuning_type": "full"},
@@ -134,6 +140,8 @@ VALUES: dict[str, Any] = {
     "eval_accumulation_steps": 2, "eval_delay": 2.0, "local_rank": 0, "save_safetensors": False,
     "dpo_label_smoothing": 0.1, "top_p": 0.9, "adam_beta1": 0.8, "adam_beta2": 0.99,
     "galore_target": "mlp", "apollo_target": "mlp", "oft_target": "q_proj,v_proj", "oft_block_size": 16,
+    "reward_funcs": ["think_format", "<rewards>:letter_share"], "reward_weights": [2.0], "num_generations": 4,
+    "generation_batch_size": 16,
 }
 
 # Where tuneline's default is not the schema's: checkpointing is on unless turned off, as in LLaMA-Factory;
@@ -183,6 +191,8 @@ MACHINE: dict[str, str] = {
     "quantization_type": "a 4-bit base, which needs a CUDA GPU",
     "double_quantization": "a 4-bit base, which needs a CUDA GPU",
     "ddp_backend": "a process group, which only a launch of several processes has",
+    "use_vllm": "vLLM generation needs a CUDA GPU (refused without one: test_grpo.py)",
+    "vllm_mode": "how vLLM runs, under use_vllm, which needs a CUDA GPU",
 }
 
 # --- what runs, read from the objects a run is built from
@@ -410,6 +420,11 @@ def training_arguments(config, tokenizer) -> dict | None:
 
     if config.stage == "ppo":
         return None
+    if config.stage == "grpo":  # trl's GRPOConfig, and the reward functions its trainer calls
+        from tuneline.grpo_rewards import resolve_reward_funcs
+        from tuneline.train.grpo import grpo_training_args
+
+        return {**grpo_training_args(config).to_dict(), "rewards": resolve_reward_funcs(config, tokenizer)[1]}
     args = build_training_args(config)
     read = {k: v for k, v in args.to_dict().items() if k not in NOT_READ_BY_TRAINER}
     return {**read, "hub_token": args.hub_token is not None}  # to_dict masks it, given or not
@@ -506,11 +521,12 @@ def world(tiny_model_dir, tmp_path_factory):
     (tmp / "data2" / "demo_sft.json").write_text(json.dumps(rows[1:]))  # another dataset under the same name
     (tmp / "rm.yaml").write_text(f"stage: rm\nmodel_name_or_path: {tiny_model_dir}\ndataset: demo_pref\n")
     (tmp / "accelerate.yaml").write_text("distributed_type: NO\nnum_processes: 1\n")
+    (tmp / "rewards.py").write_text("def letter_share(completions, **kwargs):\n    return [0.0 for _ in completions]\n")
     (tmp / "zero2.json").write_text(json.dumps({"zero_optimization": {"stage": 2}}))
     vlm = build_tiny_vlm(tmp / "vlm", "gemma3")  # image rows need a vision-language model
     places = {"<model2>": str(other), "<model>": str(tiny_model_dir), "<vlm>": str(vlm), "<adapter>": str(tmp / "adapter"),
               "<data2>": str(tmp / "data2"), "<media_data>": str(tmp / "media_data"), "<media2>": str(tmp / "media2"),
-              "<rm_config>": str(tmp / "rm.yaml"),
+              "<rm_config>": str(tmp / "rm.yaml"), "<rewards>": str(tmp / "rewards.py"),
               "<accelerate>": str(tmp / "accelerate.yaml"), "<zero2>": str(tmp / "zero2.json"), "<tmp>": str(tmp)}
     base = {"model_name_or_path": str(tiny_model_dir), "dataset": "demo_sft", "dataset_dir": str(DATA),
             "max_samples": 16, "output_dir": str(tmp / "out"), "pipeline_cache_dir": str(tmp / "cache"),
@@ -520,6 +536,8 @@ def world(tiny_model_dir, tmp_path_factory):
 
 
 def resolve(value: Any, places: dict[str, str]) -> Any:
+    if isinstance(value, list):
+        return [resolve(item, places) for item in value]
     if isinstance(value, str):
         for name, path in places.items():
             value = value.replace(name, path)

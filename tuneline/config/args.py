@@ -4,20 +4,12 @@ HF `TrainingArguments` keys are not repeated here: they live in `training_keys.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from tuneline.config.fields import arg
+from tuneline.config.grpo_keys import GrpoArgs
 
-def arg(default: Any = None, help: str = "", choices: tuple | None = None) -> Any:
-    meta = {"help": help}
-    if choices:
-        meta["choices"] = choices
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto")
+STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto", "grpo", "rloo")  # grpo, rloo: tuneline's, on trl's trainers
 FINETUNING_TYPES = ("lora", "oft", "freeze", "full")
 ADAPTER_TYPES = ("lora", "oft")  # trained as a peft adapter, saved beside the base rather than merged
 PREF_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")
@@ -238,8 +230,9 @@ class PipelineArgs:
     eval_max_samples: int = arg(64, "Generated answers scored by `evaluate` (exact match, ROUGE, BLEU).")
     eval_max_new_tokens: int = arg(32, "Tokens generated per answer by `evaluate`.")
     num_processes: int | None = arg(None, "Training processes; default one per GPU, or 1 on CPU.")
-    reward_model_config: str | None = arg(None, "ppo: a `stage: rm` config the flow runs first, as a cached "
-                                          "subflow; its output becomes reward_model.")
+    reward_model_config: str | None = arg(None, "ppo and grpo: a `stage: rm` config the flow runs first, as a "
+                                          "cached subflow; its output becomes reward_model (grpo: one more "
+                                          "reward_funcs item).")
     accelerate_config: str | None = arg(None, "An accelerate config file (e.g. FSDP) passed to the launcher.")
     num_machines: int = arg(1, "Machines that train together; with more than 1, the main machine (machine_rank 0) "
                             "runs `tuneline train` and each other one `tuneline train-node CONFIG --machine-rank N`. "
@@ -258,4 +251,5 @@ GROUPS: dict[str, type] = {
     "finetuning": FinetuningArgs,
     "generating": GeneratingArgs,
     "pipeline": PipelineArgs,
+    "grpo": GrpoArgs,
 }

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.config.args import DataArgs, FinetuningArgs, GeneratingArgs, ModelArgs, PipelineArgs
+from tuneline.config.grpo_keys import GrpoArgs
 from tuneline.secrets import MASK, is_secret
 
 
@@ -20,12 +21,13 @@ class RunConfig:
     pipeline: PipelineArgs
     training: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
+    grpo: GrpoArgs = field(default_factory=GrpoArgs)
 
     # --- views
     def flat(self) -> dict[str, Any]:
         """Every key in one flat mapping, as a user would write it in YAML."""
         out: dict[str, Any] = {}
-        for group in (self.model, self.data, self.finetuning, self.generating, self.pipeline):
+        for group in (self.model, self.data, self.finetuning, self.generating, self.pipeline, self.grpo):
             out.update(dataclasses.asdict(group))
         out.update(self.training)
         return out
@@ -39,7 +41,8 @@ class RunConfig:
         groups = {name: dataclasses.replace(group, **{f.name: None for f in dataclasses.fields(group)
                                                       if is_secret(f.name) and getattr(group, f.name)})
                   for name, group in (("model", self.model), ("data", self.data), ("finetuning", self.finetuning),
-                                      ("generating", self.generating), ("pipeline", self.pipeline))}
+                                      ("generating", self.generating), ("pipeline", self.pipeline),
+                                      ("grpo", self.grpo))}
         return dataclasses.replace(self, **groups, training={k: v for k, v in self.training.items() if not is_secret(k)})
 
     def slice(self, *keys: str) -> dict[str, Any]:

@@ -83,7 +83,8 @@ SCOPE: dict[str, Rule] = {
     **dict.fromkeys(("ref_model_adapters", "ref_model_quantization_bit"), _key("ref_model")),
     "precompute_ref": (lambda c: c.stage in ("dpo", "kto") and _reference_losses[0](c),
                        "with 'stage: dpo' (a reference loss) or 'stage: kto'"),
-    **dict.fromkeys(("reward_model", "reward_model_type", "reward_model_config", "ppo_buffer_size", "ppo_epochs",
+    "reward_model_config": _stages("ppo", "grpo", "rloo"),
+    **dict.fromkeys(("reward_model", "reward_model_type", "ppo_buffer_size", "ppo_epochs",
                      "ppo_score_norm", "ppo_target", "ppo_init_kl_coef", "ppo_whiten_rewards"), _stages("ppo")),
     "reward_model_adapters": (lambda c: c.stage == "ppo" and c.finetuning.reward_model_type == "full",
                               "with 'stage: ppo' and 'reward_model_type: full' (a LoRA reward model sits on the "

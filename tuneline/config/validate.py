@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from tuneline.config.args import DataArgs
+from tuneline.config.grpo_keys import grpo_problems
 from tuneline.config.optimizer_keys import optimizer_problems, zero_stage
 from tuneline.config.ppo_keys import ppo_problems
 from tuneline.config.run_config import RunConfig
@@ -129,7 +130,7 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'pref_loss: {ft.pref_loss}' uses no reference model; remove 'ref_model'")
     if ft.use_badam and ft.finetuning_type != "full":
         problems.append(f"'use_badam' trains full parameters; it conflicts with 'finetuning_type: {ft.finetuning_type}'")
-    problems += _adapter_method_problems(config) + ppo_problems(config) + badam_problems(config)
+    problems += _adapter_method_problems(config) + ppo_problems(config) + grpo_problems(config) + badam_problems(config)
     problems += optimizer_problems(config)
     problems += scope_problems(config)
     if not 0 <= ft.dpo_label_smoothing < 0.5:
@@ -143,7 +144,7 @@ def _check_keys(config: RunConfig) -> list[str]:
         problems.append(f"'cutoff_len' is {data.cutoff_len}; it must be at least 2")
     if data.val_size < 0 or (data.val_size > 1 and not float(data.val_size).is_integer()):
         problems.append(f"'val_size' is {data.val_size}; use a fraction in (0, 1) or a whole row count")
-    if tr.get("do_train", True) and not data.dataset and ft.stage != "ppo":
+    if tr.get("do_train", True) and not data.dataset and ft.stage not in ("ppo", "grpo", "rloo"):
         problems.append("'dataset' is required for training: name one or more entries of dataset_info.json")
     problems += _accepted_but_not_built(config) + hub_repo_problems(config) + safety_problems(config)
     for key in ("load_best_model_at_end", "early_stopping_steps"):

@@ -28,8 +28,10 @@ STAGE_GROUPS: dict[str, list[list[str]]] = {
     "dpo": _PAIR,
     "kto": [["input_ids", "attention_mask", "labels"], ["kl_input_ids", "kl_attention_mask", "kl_labels"]],
     "ppo": [["input_ids", "attention_mask"]],
+    "grpo": [["input_ids", "attention_mask"]],
+    "rloo": [["input_ids", "attention_mask"]],
 }
-LEFT_PADDED = ("ppo",)
+LEFT_PADDED = ("ppo", "grpo", "rloo")
 # Stages whose rows hold several sequences that one forward reads together, in this order, padded to one length.
 SEQUENCE_PREFIXES = {"rm": ("chosen_", "rejected_"), "dpo": ("chosen_", "rejected_")}
 

@@ -49,7 +49,8 @@ def check_stage(attr: DatasetAttr, stage: str) -> None:
 NEEDED_COLUMNS = {  # (formatting, stage) -> columns an entry must name; pairwise stages check chosen/rejected above
     ("alpaca", "sft"): ("response",), ("alpaca", "kto"): ("response",),
     ("sharegpt", "sft"): ("messages",), ("sharegpt", "kto"): ("messages",), ("sharegpt", "pairwise"): ("messages",),
-    ("sharegpt", "ppo"): ("messages",), ("sharegpt", "pt"): ("messages",),
+    ("sharegpt", "ppo"): ("messages",), ("sharegpt", "grpo"): ("messages",), ("sharegpt", "rloo"): ("messages",),
+    ("sharegpt", "pt"): ("messages",),
 }
 
 
@@ -181,7 +182,7 @@ def convert_alpaca(attr: DatasetAttr, data: dict, stage: str) -> dict:
         response = _distinct_pair(attr, _msg("assistant", chosen), _msg("assistant", rejected))
     elif stage in ("sft", "kto"):
         response = [_msg("assistant", _text(data, attr.response))]
-    elif stage == "ppo":
+    elif stage in ("ppo", "grpo", "rloo"):  # grpo, rloo: the answer, when there is one, is the rewards' solution
         answer = _value(data, attr.response, (str,))
         response = [_msg("assistant", answer)] if answer else []
     return {"_prompt": prompt, "_response": response, "_system": _value(data, attr.system, (str,)) or "",
@@ -251,7 +252,7 @@ def convert_sharegpt(attr: DatasetAttr, data: dict, stage: str) -> dict:
         prompt, response = messages[:-1], messages[-1:]
         if stage in ("sft", "kto") and not response[0]["content"].strip():
             raise _Bad("empty response", attr.messages, "the last answer is empty")
-    elif stage in ("ppo", "pt"):
+    elif stage in ("ppo", "grpo", "rloo", "pt"):
         prompt, response = messages, []
     else:
         raise _Bad("roles out of order", attr.messages, "the conversation must end with an assistant turn")

@@ -8,6 +8,7 @@ IGNORE = -100
 OPEN, CLOSE = "[[", "]]"
 VIEWS = {  # stage -> (ids column, labels column) pairs shown per example
     "pt": [("input_ids", "labels")], "sft": [("input_ids", "labels")], "ppo": [("input_ids", None)],
+    "grpo": [("input_ids", None)], "rloo": [("input_ids", None)],
     "rm": [("chosen_input_ids", "chosen_labels"), ("rejected_input_ids", "rejected_labels")],
     "kto": [("input_ids", "labels"), ("kl_input_ids", "kl_labels")],
 }

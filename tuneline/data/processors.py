@@ -22,7 +22,9 @@ STAGE_COLUMNS = {
     "rm": tuple(f"{s}_{c}" for s in ("chosen", "rejected") for c in ("input_ids", "attention_mask", "labels")),
     "kto": ("input_ids", "attention_mask", "labels", "kto_tags", "kl_input_ids", "kl_attention_mask", "kl_labels"),
     "ppo": ("input_ids", "attention_mask"),
+    "grpo": ("input_ids", "attention_mask", "prompt", "solution"),
 }
+STAGE_COLUMNS["rloo"] = STAGE_COLUMNS["grpo"]
 STAGE_COLUMNS["dpo"] = STAGE_COLUMNS["rm"]
 CHECK_COLUMNS = ("_problem", "_file", "_row")
 TRUNCATED = "_truncated"
@@ -192,9 +194,13 @@ def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     return _with_checks(out, batch, problems)
 
 
-def encode_ppo(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
-    """Prompts ending in the generation prompt (the answer slot's opening), truncated as LLaMA-Factory does."""
-    responses = [r[:1] if len(r) == 1 else [{"role": "assistant", "content": ""}] for r in batch["_response"]]
+EMPTY_ANSWER = [{"role": "assistant", "content": ""}]
+
+
+def encode_ppo(enc: Encoder, batch: dict[str, list], answers: bool = True) -> dict[str, list]:
+    """Prompts ending in the generation prompt (the answer slot's opening), truncated as LLaMA-Factory does (the
+    row's answer, when `answers` and the row has one, takes its share of cutoff_len)."""
+    responses = [r[:1] if answers and len(r) == 1 else EMPTY_ANSWER for r in batch["_response"]]
     encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, responses), True)
     prompts = [enc.prompt_answer(ids)[0] for ids in encoded]
     truncated = [int(len(p) < sum(map(len, ids[:-1]))) for p, ids in zip(prompts, encoded, strict=True)]
@@ -221,5 +227,15 @@ def encode_pt(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
             TRUNCATED: truncated}
 
 
+def encode_grpo(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
+    """ppo's prompts, also as the text trl's GRPOTrainer tokenizes (the template's rendering, special tokens
+    written out), and the last answer, when the row has one, as the `solution` reward functions receive."""
+    out = encode_ppo(enc, batch, answers=False)  # never trained on, the solution leaves cutoff_len to the prompt
+    out["prompt"] = [enc.tokenizer.decode(ids, skip_special_tokens=False) for ids in out["input_ids"]]
+    out["solution"] = [r[0]["content"] if len(r) == 1 else "" for r in batch["_response"]]
+    return out
+
+
 STAGE_ENCODERS = {"pt": encode_pt, "sft": encode_sft, "rm": encode_pairwise, "dpo": encode_pairwise,
-                  "kto": encode_kto, "ppo": encode_ppo}
+                  "kto": encode_kto, "ppo": encode_ppo, "grpo": encode_grpo,
+                  "rloo": encode_grpo}

@@ -20,7 +20,7 @@ from tuneline.step_cache import cached_step
 EVAL_VERSION = "1"
 # Every module of tuneline.evaluation, and the reward scoring it shares with PPO.
 EVAL_SOURCES = (*sorted(Path(__file__).parent.glob("*.py")),
-                *(Path(__file__).parents[1] / name for name in ("rewards.py", "rollouts.py")))
+                *(Path(__file__).parents[1] / name for name in ("rewards.py", "rollouts.py", "grpo_rewards.py")))
 
 # The config keys that change an evaluation's result (besides the model and the data).
 EVAL_KEYS = ("stage", "cutoff_len", "template", "eval_max_samples", "eval_max_new_tokens",
@@ -38,6 +38,7 @@ NO_VALIDATION = ("no validation split: set `val_size` (e.g. 0.1) or `eval_datase
 
 # What PPO's evaluation also reads: the reward model scores answers sampled with the generating config.
 PPO_EVAL_KEYS = ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens", "repetition_penalty")
+GRPO_EVAL_KEYS = ("max_completion_length",)  # grpo's answers are as long as in training
 
 
 def not_evaluated(*evaluations: dict) -> str | None:
@@ -48,7 +49,8 @@ def not_evaluated(*evaluations: dict) -> str | None:
 def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
     """Key of one evaluation result."""
     reward_model = reward_model_fingerprint(config, memo_dir(config))  # memoised: a large reward model is read once
-    sampling = config.slice(*PPO_EVAL_KEYS) if reward_model else None
+    keys = PPO_EVAL_KEYS + (GRPO_EVAL_KEYS if config.stage in ("grpo", "rloo") else ())
+    sampling = config.slice(*keys) if reward_model else None
     return fingerprint("evaluate", EVAL_VERSION, code_version(), model_key, dataset_fingerprint,
                        config.slice(*EVAL_KEYS), reward_model, sampling)
 

@@ -16,6 +16,8 @@ STAGE_METRICS = {
     "dpo": (*LANGUAGE_MODEL, *PAIRWISE),
     "kto": (*LANGUAGE_MODEL, *PAIRWISE),
     "ppo": ("reward",),
+    "grpo": ("reward",),  # and reward_<name> per reward function
+    "rloo": ("reward",),
 }
 TRAIN_METRICS = ("train_loss",)  # the trainer's mean loss over the run (not ppo's own loop)
 

@@ -10,6 +10,7 @@ from typing import Any
 from tuneline.data.media import IMAGE_PLACEHOLDER
 from tuneline.evaluation import generation, scoring
 from tuneline.evaluation.loading import load_eval_model, load_validation
+from tuneline.evaluation.sampled_rewards import reward_functions_step
 
 DEFAULT_EVAL_BATCH_SIZE = 8
 
@@ -154,6 +155,8 @@ STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = 
     "dpo": (pairwise_step,),
     "kto": (pairwise_step,),
     "ppo": (policy_reward_step,),
+    "grpo": (reward_functions_step,),
+    "rloo": (reward_functions_step,),
 }
 
 

@@ -62,9 +62,11 @@ def model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None, *, 
 
 
 def reward_model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None) -> str | None:
-    """ppo's reward model and its adapters by content (a retrained reward model in the same folder changes it);
-    None for every other stage."""
+    """ppo's reward model and its adapters by content (a retrained reward model in the same folder changes it),
+    grpo's reward functions; None for every other stage."""
     ft = config.finetuning
+    if config.stage in ("grpo", "rloo"):
+        return grpo_rewards_fingerprint(config, memo_dir)
     if config.stage != "ppo":
         return None
     hasher = FileHasher(memo_dir)
@@ -74,3 +76,23 @@ def reward_model_fingerprint(config: RunConfig, memo_dir: str | Path | None = No
     parts = [_source_hash(name, WEIGHT_PATTERNS + ADAPTER_FILES, hasher, key, config.model) for key, name in sources]
     hasher.save()
     return fingerprint("reward-model", parts, ft.reward_model_type)
+
+
+def grpo_rewards_fingerprint(config: RunConfig, memo_dir: str | Path | None = None) -> str:
+    """grpo's `reward_funcs` by content: a user's reward file by its bytes, a reward model folder by its weights, a
+    built-in by its name (trl's version is pinned)."""
+    from tuneline.config.grpo_keys import reward_function_path
+
+    hasher = FileHasher(memo_dir)
+    parts = []
+    for item in config.grpo.reward_funcs or []:
+        located = reward_function_path(str(item))
+        if located and Path(located[0]).is_file():
+            parts.append([item, hasher.hash_file(Path(located[0]))])
+        elif Path(str(item)).is_dir():
+            parts.append([item, _source_hash(str(item), WEIGHT_PATTERNS + ADAPTER_FILES, hasher, "reward_funcs",
+                                             config.model)])
+        else:
+            parts.append(item)
+    hasher.save()
+    return fingerprint("grpo-rewards", parts, config.grpo.reward_weights)

@@ -64,7 +64,7 @@ def training_slice(config: RunConfig) -> dict:
 
 
 # what the training child runs
-TRAIN_CODE = ("train", "model", "losses.py", "logps.py", "rewards.py", "rollouts.py")
+TRAIN_CODE = ("train", "model", "losses.py", "logps.py", "rewards.py", "rollouts.py", "grpo_rewards.py")
 
 
 def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:

@@ -45,6 +45,10 @@ def needs_reference(config) -> bool:
 
 def not_needed_reason(config) -> str:
     ft = config.finetuning
+    if ft.stage in ("grpo", "rloo"):
+        return (f"stage '{ft.stage}' is online: the answers it scores are sampled while it trains, so there is nothing to "
+                "precompute" + ("; trl runs the reference live (LoRA: the base with the adapter off)"
+                                if config.grpo.beta else "; with beta 0 no reference is used"))
     if ft.stage not in REF_COLUMNS:
         return f"stage '{ft.stage}' trains without precomputed reference log-probs"
     if not uses_reference(config):

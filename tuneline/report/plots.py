@@ -20,6 +20,8 @@ STAGE_PLOT_KEYS: dict[str, tuple[str, ...]] = {
     "dpo": ("loss", "eval_loss", "rewards/accuracies", "rewards/chosen"),
     "kto": ("loss", "eval_loss", "rewards/chosen"),
     "ppo": ("loss", "reward"),
+    "grpo": ("loss", "reward"),
+    "rloo": ("loss", "reward"),
 }
 
 RAW_ALPHA = 0.4

@@ -26,6 +26,8 @@ STAGE_MODULES: dict[str, str] = {
     "dpo": "tuneline.train.dpo",
     "kto": "tuneline.train.kto",
     "ppo": "tuneline.train.ppo",
+    "grpo": "tuneline.train.grpo",
+    "rloo": "tuneline.train.grpo",  # the same run on trl's RLOOTrainer
 }
 
 

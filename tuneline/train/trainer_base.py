@@ -231,7 +231,7 @@ def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec)
     from tuneline.model.loader import load_model
     from tuneline.model.processor import SaveProcessorCallback
     from tuneline.model.tokenizer import load_tokenizer
-    from tuneline.train.callbacks import MlflowMetricsCallback, build_callbacks
+    from tuneline.train.callbacks import build_callbacks
     from tuneline.train.training_args import build_training_args
 
     args = build_training_args(config)
@@ -249,10 +249,17 @@ def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec)
         if "dataloader_num_workers" not in config.training:  # images are decoded beside the training loop
             args.dataloader_num_workers = MEDIA_LOADER_WORKERS
     trainer = build_trainer(config, spec, model, tokenizer, datasets, collator, callbacks, args=args)
+    return run_trainer(trainer, config, spec, tokenizer, callbacks)
+
+
+def run_trainer(trainer, config, spec: StageSpec, tokenizer, callbacks: list) -> dict[str, Any]:
+    """Train and evaluate a built trainer, closing the MLflow callback whatever happens; the stage's result."""
+    from tuneline.train.callbacks import MlflowMetricsCallback
+
     try:
         metrics = train_and_evaluate(trainer, config, spec, tokenizer)
     finally:
         for callback in callbacks:
             if isinstance(callback, MlflowMetricsCallback):
                 callback.close()
-    return {"output_dir": str(args.output_dir), "global_step": trainer.state.global_step, "metrics": metrics}
+    return {"output_dir": str(trainer.args.output_dir), "global_step": trainer.state.global_step, "metrics": metrics}
