@@ -413,7 +413,7 @@ def test_artifacts_and_model_registration(uri, tmp_path):
 
     mlmodel = Model.load(str(files.parent.parent / "MLmodel"))
     assert mlmodel.flavors["python_function"]["config"] == serving, "the config loads and answers the model"
-    assert mlmodel.signature.inputs.input_names() == ["messages", "prompt", "system", "tools"]
+    assert mlmodel.signature.inputs.input_names() == ["messages", "prompt", "system", "tools", "images"]
     mv = c.get_model_version("tiny-sft", "1")
     assert mv.run_id == run_id and mv.source.endswith("/artifacts/model")
     assert mv.tags["dataset_fingerprint"] == "abc" and mv.tags["metric.eval_loss"] == "0.5"
