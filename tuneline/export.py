@@ -76,11 +76,19 @@ def _to_legacy_bin(folder: Path) -> None:
         index.unlink()
 
 
+def is_reward_model(config: RunConfig) -> bool:
+    """A reward model exports as the sequence scorer it is, score head kept: 'stage: rm', or adapters an rm run
+    trained (peft's SEQ_CLS task) under another stage's config."""
+    tasks = {json.loads(path.read_text()).get("task_type") for name in split_names(config.model.adapter_name_or_path)
+             if (path := Path(name) / "adapter_config.json").is_file()}
+    return config.stage == "rm" or "SEQ_CLS" in tasks
+
+
 def _merged_model(config: RunConfig, tokenizer):
     from tuneline.model.loader import load_model
 
     fp32 = dataclasses.replace(config, model=dataclasses.replace(config.model, infer_dtype="float32"))
-    model = load_model(fp32, tokenizer, is_trainable=False)
+    model = load_model(fp32, tokenizer, is_trainable=False, add_valuehead=is_reward_model(config))
     if hasattr(model, "peft_config"):  # load_model merges every adapter when not training; this is a safeguard
         model = model.merge_and_unload()
     return model

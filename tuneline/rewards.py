@@ -110,11 +110,12 @@ def _json(path: Path) -> dict:
         return {}
 
 
-def sequence_scores(model, input_ids, attention_mask):
-    """One score per row: a sequence classifier's pooled output, or a per-token value at the last real token."""
+def sequence_scores(model, input_ids, attention_mask, **media_inputs):
+    """One score per row: a sequence classifier's pooled output, or a per-token value at the last real token.
+    `media_inputs`: the rows' pixels and the vision inputs that go with them, for a vision-language scorer."""
     import torch
 
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, **media_inputs).logits
     if logits.dim() == 3:  # per-token values [batch, length, 1]
         positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
         last = (positions * attention_mask).argmax(-1)

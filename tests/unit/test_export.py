@@ -172,3 +172,22 @@ def test_an_oft_adapter_exports_merged_like_a_lora_one(tiny_model_dir, batch, tm
     reference = _reference_logits(tiny_model_dir, [str(tmp_path / "oft")], batch)
     assert (reference - logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir), batch)).abs().max() > 1e-2
     assert (logits(merged, batch) - reference).abs().max() < 1e-4
+
+
+def test_a_reward_models_adapter_exports_as_a_scorer_with_its_head(tiny_model_dir, batch, tmp_path):
+    """An rm run's SEQ_CLS adapter (score head in modules_to_save) exports as a one-label sequence classifier whose
+    scores are the adapter's, even from an export config that does not say 'stage: rm'."""
+    from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(4)
+    scorer = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1, pad_token_id=0)
+    peft_config = LoraConfig(task_type=TaskType.SEQ_CLS, r=4, target_modules=["q_proj"], init_lora_weights=False)
+    get_peft_model(scorer, peft_config).save_pretrained(str(tmp_path / "rm"))
+    out = export_model(_config(tiny_model_dir, adapter_name_or_path=str(tmp_path / "rm"),
+                               export_dir=str(tmp_path / "merged")))
+    merged = AutoModelForSequenceClassification.from_pretrained(out)
+    base = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1, pad_token_id=0)
+    reference = logits(PeftModel.from_pretrained(base, str(tmp_path / "rm")), batch)
+    assert reference.shape == (2, 1)
+    assert (logits(merged, batch) - reference).abs().max() < 1e-4

@@ -126,10 +126,15 @@ def unpaired_step(ctx: EvalContext) -> dict[str, float]:
 
 def reward_model_step(ctx: EvalContext) -> dict[str, float]:
     """A reward model scores each side itself: Bradley-Terry eval loss, reward accuracy and margin."""
-    pad = ctx.tokenizer.pad_token_id
-    chosen = scoring.sequence_rewards(ctx.model, ctx.data["chosen_input_ids"], pad, ctx.batch_size)
-    rejected = scoring.sequence_rewards(ctx.model, ctx.data["rejected_input_ids"], pad, ctx.batch_size)
+    chosen, rejected = (side_rewards(ctx, side) for side in ("chosen", "rejected"))
     return {**scoring.bradley_terry_loss(chosen, rejected), **scoring.pairwise_metrics(chosen, rejected)}
+
+
+def side_rewards(ctx: EvalContext, side: str) -> list[float]:
+    """The reward model's score of each sequence of one side of the pairs, with its row's images."""
+    input_ids = ctx.data[f"{side}_input_ids"]
+    return scoring.sequence_rewards(ctx.model, input_ids, ctx.tokenizer.pad_token_id, ctx.batch_size,
+                                    ctx.row_inputs(input_ids))
 
 
 def policy_reward_step(ctx: EvalContext) -> dict[str, float]:

@@ -94,8 +94,10 @@ def pairwise_metrics(chosen: Sequence[float], rejected: Sequence[float]) -> dict
     }
 
 
-def sequence_rewards(model, input_ids: Sequence[Sequence[int]], pad_id: int, batch_size: int) -> list[float]:
-    """One reward per row from a sequence scorer, read out as rm trains and PPO scores (`tuneline.rewards`)."""
+def sequence_rewards(model, input_ids: Sequence[Sequence[int]], pad_id: int, batch_size: int,
+                     row_inputs=None) -> list[float]:
+    """One reward per row from a sequence scorer, read out as rm trains and PPO scores (`tuneline.rewards`).
+    `row_inputs` as in `label_scores`."""
     import torch
 
     device = next(model.parameters()).device
@@ -105,7 +107,8 @@ def sequence_rewards(model, input_ids: Sequence[Sequence[int]], pad_id: int, bat
             rows = input_ids[start:end]
             ids = pad_rows(rows, pad_id).to(device)
             mask = pad_rows([[1] * len(r) for r in rows], 0).to(device)
-            rewards += sequence_scores(model, ids, mask).float().tolist()
+            extra = row_inputs(list(range(start, end)), ids.shape[1], False) if row_inputs else {}
+            rewards += sequence_scores(model, ids, mask, **to_device(extra, device)).float().tolist()
     return rewards
 
 

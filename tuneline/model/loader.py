@@ -25,6 +25,7 @@ from tuneline.model.freeze import setup_freeze, setup_full
 from tuneline.model.precision import compute_dtype, quantization_kwargs, trains_on_cpu
 from tuneline.model.processor import load_model_config
 from tuneline.model.vision import check_freeze_keys, is_vision_language
+from tuneline.model.vision_scorer import scorer_class, scorer_config
 
 logger = logging.getLogger("tuneline")
 
@@ -56,11 +57,11 @@ def log_parameter_counts(model, is_trainable: bool) -> None:
 
 def model_class(model_config, add_valuehead: bool):
     """The Auto class LLaMA-Factory loads with: image-text-to-text for a vision-language model, else causal LM; a
-    one-label sequence scorer for a reward model."""
+    one-label sequence scorer for a reward model (for a vision-language one, its family's: `vision_scorer`)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForSequenceClassification
 
     if add_valuehead:
-        return AutoModelForSequenceClassification
+        return scorer_class(model_config) if is_vision_language(model_config) else AutoModelForSequenceClassification
     return AutoModelForImageTextToText if is_vision_language(model_config) else AutoModelForCausalLM
 
 
@@ -74,7 +75,9 @@ def load_base_model(config: RunConfig, tokenizer, is_trainable: bool, add_valueh
     kwargs = dict(dtype=dtype, trust_remote_code=margs.trust_remote_code, revision=margs.model_revision,
                   cache_dir=margs.cache_dir, token=margs.hf_hub_token, **attention_kwargs(config, is_trainable),
                   **quantization_kwargs(config, dtype))
-    if add_valuehead:
+    if add_valuehead and is_vision_language(model_config):
+        kwargs.update(config=scorer_config(model_config, tokenizer.pad_token_id))
+    elif add_valuehead:
         kwargs.update(num_labels=1, pad_token_id=tokenizer.pad_token_id)
     try:
         model = model_class(model_config, add_valuehead).from_pretrained(margs.model_name_or_path, **kwargs)

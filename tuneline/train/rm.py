@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from tuneline.logps import MEDIA_INPUTS
 from tuneline.rewards import sequence_scores
 from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
 
@@ -27,7 +28,8 @@ def _pad_to(tensor, width: int, value: int):
 
 
 def pair_scores(model, inputs):
-    """Scores of the chosen and rejected sides, in one forward pass over both."""
+    """Scores of the chosen and rejected sides, in one forward pass over both (with each row's images twice, once
+    per side, where the rows hold images)."""
     import torch
 
     width = max(inputs["chosen_input_ids"].shape[1], inputs["rejected_input_ids"].shape[1])
@@ -36,7 +38,7 @@ def pair_scores(model, inputs):
                      _pad_to(inputs["rejected_input_ids"], width, pad_id)])
     mask = torch.cat([_pad_to(inputs["chosen_attention_mask"], width, 0),
                       _pad_to(inputs["rejected_attention_mask"], width, 0)])
-    scores = sequence_scores(model, ids, mask)
+    scores = sequence_scores(model, ids, mask, **inputs.get(MEDIA_INPUTS, {}))
     return scores.chunk(2)
 
 

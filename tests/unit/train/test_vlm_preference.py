@@ -1,14 +1,12 @@
-"""dpo and kto with images on the tiny vision-language models: rlhf_v pairs built with each sequence's image tokens,
+"""dpo, kto and rm with images on the tiny vision-language models: rlhf_v pairs built with each sequence's image tokens,
 batched with the pixels of both halves, the reference precomputed with the images, trained, and the held-out pairs
-scored with their images. (rm with images is refused: tuneline's reward model loads no vision tower.)"""
+scored with their images; rm on the same pairs, scored by the family's sequence classifier with the images."""
 
 from __future__ import annotations
 
 import pytest
 from test_vlm_training import FirstBatch
 from train_helpers import REPO_ROOT, make_config
-
-from tuneline.errors import ConfigError
 
 MM_DATA = REPO_ROOT / "tests" / "fixtures" / "llamafactory-mm"
 
@@ -171,11 +169,60 @@ def test_kto_trains_on_the_images_of_its_own_and_its_mismatched_completions(tiny
     assert all(math.isfinite(v) for k, v in result["metrics"].items() if k.endswith("loss"))
 
 
-def test_rm_with_images_is_refused_naming_what_takes_them(tiny_vlm, tmp_path):
-    from tuneline.data import build_dataset
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["gemma3", "llava"])
+def test_rm_scores_each_pair_with_its_images_and_exports_a_scorer_that_reloads(tiny_vlm, tmp_path, preset):
+    """The reward model is the family's sequence classifier over the whole image-text backbone (transformers' own for
+    gemma3, ours for llava): its batches carry both halves' pixels, the pixels change the scores, the held-out
+    pairs are scored with their images, and the exported model reloads to the same scores."""
+    import math
 
-    with pytest.raises(ConfigError, match="'stage: rm' does not train on: .*'stage: dpo' or 'stage: kto'"):
-        build_dataset(pref_config(tiny_vlm, tmp_path, "gemma3", stage="rm"))
+    import torch
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.evaluation.run import run_evaluation
+    from tuneline.export import export_model
+    from tuneline.logps import MEDIA_INPUTS
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.rm import pair_scores, run
+
+    config = pref_config(tiny_vlm, tmp_path, preset, stage="rm")
+    ref = build_dataset(config)
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    token = image_token_id(config, preset)
+    images = (batch["chosen_input_ids"] == token).sum() + (batch["rejected_input_ids"] == token).sum()
+    per_image = (batch["chosen_input_ids"][0] == token).sum()
+    assert batch[MEDIA_INPUTS]["pixel_values"].shape[0] == images // per_image == 2 * len(batch["chosen_input_ids"])
+    assert result["global_step"] == 2 and math.isfinite(result["metrics"]["train_loss"])
+    out = tmp_path / "out"
+    assert (out / "processor_config.json").is_file()
+
+    tokenizer = load_tokenizer(config.model)
+    trained = load_model(config, tokenizer, is_trainable=False, add_valuehead=True, adapters=str(out))
+    assert type(trained).__name__ == f"{'Gemma3' if preset == 'gemma3' else 'Llava'}ForSequenceClassification"
+    train = load_processed(ref)["train"]
+    pairs = build_collator("rm", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0], train[1]])
+    media = pairs[MEDIA_INPUTS]
+    with torch.no_grad():
+        seen = torch.cat(pair_scores(trained, pairs))
+        blind = torch.cat(pair_scores(trained, {**pairs, MEDIA_INPUTS: {**media, "pixel_values": 0 * media[
+            "pixel_values"]}}))
+    assert not torch.allclose(seen, blind), "the pixels reach the reward model's forward"
+
+    scored = run_evaluation(config, ref, str(out))  # the held-out pair, scored with its image
+    assert scored["num_samples"] == 1 and {"reward_accuracy", "reward_margin"} <= set(scored["metrics"])
+
+    from dataclasses import replace
+
+    exported = export_model(replace(config, model=replace(config.model, adapter_name_or_path=str(out),
+                                                          export_dir=str(tmp_path / "merged"))))
+    merged = load_model(make_config(exported, tmp_path / "again", stage="rm", template=preset), tokenizer,
+                        is_trainable=False, add_valuehead=True)
+    with torch.no_grad():
+        assert torch.allclose(torch.cat(pair_scores(merged, pairs)), seen, atol=1e-4)
 
 
 def test_an_edited_image_recomputes_the_reference_of_the_rows_that_name_it(tiny_vlm, tmp_path):

@@ -13,12 +13,7 @@ from tuneline.errors import ConfigError, UserError
 
 MEDIA_SETTINGS = ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_fps",
                   "video_maxlen")
-MEDIA_STAGES = ("sft", "dpo", "kto")  # stages whose encoding and batches carry images
-# Stages LLaMA-Factory trains on images that tuneline refuses, and why.
-MEDIA_REFUSED = {
-    "rm": "tuneline's reward model is a one-label sequence classifier loaded without the vision tower; train it on "
-          "text rows, or train the preference directly with 'stage: dpo' or 'stage: kto', which take images",
-}
+MEDIA_STAGES = ("sft", "rm", "dpo", "kto")  # stages whose encoding and batches carry images
 
 
 @dataclass(frozen=True)
@@ -53,9 +48,6 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
     """The media encoding of a run whose data holds images or videos; refuses a config that cannot read them."""
     from tuneline.model.processor import load_processor
 
-    if config.stage in MEDIA_REFUSED:
-        raise ConfigError(f"the dataset holds images or videos, which 'stage: {config.stage}' does not train on: "
-                          f"{MEDIA_REFUSED[config.stage]}")
     if config.stage not in MEDIA_STAGES:
         raise ConfigError(f"the dataset holds images or videos, which 'stage: {config.stage}' does not train on yet; "
                           f"stages with images: {', '.join(MEDIA_STAGES)}")
