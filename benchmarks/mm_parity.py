@@ -13,6 +13,15 @@ Qwen2-VL/Qwen3-VL processors need a video processor, which needs torchvision: bo
 processor and the tokenizer alone, in a plain object where the processor would be (the plugins only read attributes).
 `--snapshot` writes LLaMA-Factory's results (texts, ids, tensor summaries) to tests/fixtures/llamafactory/0.9.5/
 mm_parity.json.xz for tests/unit/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
+
+Gemma 3's pan and scan (`image_do_pan_and_scan: true`) is compared twice: as plugin jobs (`gemma3/pan_and_scan*`),
+and through each project's whole sft encoding on the tiny gemma3 (`tuneline tiny-model --preset gemma3`): the
+dataset's input ids and labels, and the collator's pixel values and token types per row (`ENCODING_JOB`). Images are
+first grown to `image_min_pixels` 400 x 400 there, so the wide demo images (not the 300 x 199 one) are cut into
+crops. LLaMA-Factory 0.9.5 reads image i's crop count as `num_crops[0][i]` (one list per batch of images), and
+transformers 5.6's Gemma 3 image processor returns one flat list, on which that fails (IndexError: pan and scan does
+not run in LLaMA-Factory 0.9.5 as installed): its side gets `nest_crop_counts`, which hands the plugin the nesting
+it indexes and leaves the pixels alone.
 """
 
 from __future__ import annotations
@@ -39,6 +48,11 @@ SETTINGS = {  # LLaMA-Factory's processor attributes (model_args) per job; defau
     "shrink": {"image_max_pixels": 80 * 80, "image_min_pixels": 32 * 32},
     "grow": {"image_max_pixels": 768 * 768, "image_min_pixels": 400 * 400},
 }
+PAN_AND_SCAN_SETTINGS = {  # gemma3 only: the key is Gemma 3's
+    "pan_and_scan": {**SETTINGS["defaults"], "image_do_pan_and_scan": True},
+    "pan_and_scan_grow": {**SETTINGS["grow"], "image_do_pan_and_scan": True},
+}
+ENCODING_JOB = "tiny_gemma3/pan_and_scan_grow"  # the whole sft encoding, on the tiny gemma3
 PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL processors resize to a hair's difference
 QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
@@ -91,6 +105,27 @@ def load_processor(family: str, folder: Path, settings: dict) -> object:
     return processor
 
 
+def jobs() -> list[tuple[str, str, dict]]:
+    """(family, setting, LLaMA-Factory's processor attributes) for each plugin job."""
+    plain = [(family, setting, values) for family in FAMILIES for setting, values in SETTINGS.items()]
+    return plain + [("gemma3", setting, values) for setting, values in PAN_AND_SCAN_SETTINGS.items()]
+
+
+def nest_crop_counts(processor) -> None:
+    """LLaMA-Factory's side only: its Gemma 3 plugin indexes `num_crops[0][i]`, transformers 5.6 returns a flat
+    list (see the module's docstring); the image processor's output gets the one extra level, nothing else."""
+    base = type(processor.image_processor)
+
+    class NestedCropCounts(base):
+        def __call__(self, *args, **kwargs):
+            out = super().__call__(*args, **kwargs)
+            if "num_crops" in out:
+                out["num_crops"] = [[int(count) for count in out["num_crops"]]]
+            return out
+
+    processor.image_processor.__class__ = NestedCropCounts
+
+
 def demo_rows() -> list[dict]:
     rows = json.loads((DEMO / "mllm_demo.json").read_text())
     return [{"messages": row["messages"], "images": [str(DEMO / image) for image in row["images"]]} for row in rows]
@@ -126,26 +161,28 @@ def encode_row(tokenizer, messages: list[dict]) -> list[int]:
 LLAMAFACTORY_SIDE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from mm_parity import FAMILIES, SETTINGS, demo_rows, encode_row, image_digest, load_processor, summarize
+from mm_parity import FAMILIES, demo_rows, encode_row, image_digest, jobs, load_processor, nest_crop_counts, summarize
 from llamafactory.data.template import TEMPLATES
 
 folders = json.loads(sys.argv[2])
 results = {}
-for family, template in FAMILIES.items():
-    plugin = TEMPLATES[template].mm_plugin
-    for setting, values in SETTINGS.items():
-        processor = load_processor(family, folders[family], values)
-        rows = []
-        for row in demo_rows():
-            messages = plugin.process_messages(row["messages"], row["images"], [], [], processor)
-            ids = encode_row(processor.tokenizer, messages)
-            ids, _ = plugin.process_token_ids(ids, None, row["images"], [], [], processor.tokenizer, processor)
-            inputs = plugin.get_mm_inputs(row["images"], [], [], [len(row["images"])], [0], [0], [ids], processor)
-            regularized = plugin._regularize_images(row["images"], **values)["images"]
-            rows.append({"texts": [m["content"] for m in messages], "ids": ids,
-                         "images": [image_digest(image) for image in regularized],
-                         "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
-        results[f"{family}/{setting}"] = rows
+for family, setting, values in jobs():
+    plugin = TEMPLATES[FAMILIES[family]].mm_plugin
+    processor = load_processor(family, folders[family], values)
+    if values.get("image_do_pan_and_scan"):
+        nest_crop_counts(processor)
+    rows = []
+    for row in demo_rows():
+        messages = plugin.process_messages(row["messages"], row["images"], [], [], processor)
+        ids = encode_row(processor.tokenizer, messages)
+        ids, _ = plugin.process_token_ids(ids, None, row["images"], [], [], processor.tokenizer, processor)
+        inputs = plugin.get_mm_inputs(row["images"], [], [], [len(row["images"])], [0], [0], [ids], processor)
+        limits = {k: v for k, v in values.items() if k.endswith("_pixels")}
+        regularized = plugin._regularize_images(row["images"], **limits)["images"]
+        rows.append({"texts": [m["content"] for m in messages], "ids": ids,
+                     "images": [image_digest(image) for image in regularized],
+                     "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
+    results[f"{family}/{setting}"] = rows
 print(json.dumps(results))
 """
 
@@ -157,22 +194,94 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
     from tuneline.data.template_catalog import TEMPLATES
 
     results = {}
-    for family, template in FAMILIES.items():
-        plugin = get_mm_plugin(TEMPLATES[template].mm_plugin)
-        for setting, values in SETTINGS.items():
-            processor, settings = load_processor(family, folders[family], {}), MediaSettings(**values)
-            rows = []
-            for row in demo_rows():
-                messages = plugin.expand_messages(row["messages"], row["images"], [], processor, settings)
-                ids = encode_row(processor.tokenizer, messages)
-                inputs = plugin.batch_inputs(row["images"], [], [ids], processor, settings)
-                regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
-                                                plugin.qwen_sizes) for image in row["images"]]
-                rows.append({"texts": [m["content"] for m in messages], "ids": ids,
-                             "images": [image_digest(image) for image in regularized],
-                             "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
-            results[f"{family}/{setting}"] = rows
+    for family, setting, values in jobs():
+        plugin = get_mm_plugin(TEMPLATES[FAMILIES[family]].mm_plugin)
+        processor, settings = load_processor(family, folders[family], {}), MediaSettings(**values)
+        rows = []
+        for row in demo_rows():
+            messages = plugin.expand_messages(row["messages"], row["images"], [], processor, settings)
+            ids = encode_row(processor.tokenizer, messages)
+            inputs = plugin.batch_inputs(row["images"], [], [ids], processor, settings)
+            regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
+                                            plugin.qwen_sizes) for image in row["images"]]
+            rows.append({"texts": [m["content"] for m in messages], "ids": ids,
+                         "images": [image_digest(image) for image in regularized],
+                         "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
+        results[f"{family}/{setting}"] = rows
     return results
+
+
+ENCODING_SETTINGS = PAN_AND_SCAN_SETTINGS["pan_and_scan_grow"]
+ENCODING_KEYS = {"stage": "sft", "dataset": "mllm_demo", "template": "gemma3", "cutoff_len": 2048}
+
+LLAMAFACTORY_ENCODING = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+model, out = sys.argv[2], sys.argv[3]
+os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
+os.environ["DISABLE_VERSION_CHECK"] = "1"
+from mm_parity import DEMO, ENCODING_KEYS, ENCODING_SETTINGS, encoded_row, nest_crop_counts, vocab_digest
+from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
+from llamafactory.hparams import get_train_args
+from llamafactory.model import load_tokenizer
+
+args = dict(model_name_or_path=model, do_train=True, dataset_dir=str(DEMO), output_dir=out + "/o",
+            overwrite_cache=True, finetuning_type="lora", report_to="none", **ENCODING_KEYS, **ENCODING_SETTINGS)
+model_args, data_args, training_args, _, _ = get_train_args(args)
+tokenizer_module = load_tokenizer(model_args)
+vocab = vocab_digest(tokenizer_module["tokenizer"])
+nest_crop_counts(tokenizer_module["processor"])
+template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+train = get_dataset(template, model_args, data_args, training_args, "sft", **tokenizer_module)["train_dataset"]
+collator = SFTDataCollatorWith4DAttentionMask(template=template, label_pad_token_id=-100, **tokenizer_module)
+print(json.dumps({"vocab": vocab, "rows": [encoded_row(train[i], collator([train[i]])) for i in range(len(train))]}))
+"""
+
+
+def vocab_digest(tokenizer) -> str:
+    """The tokenizer's vocabulary, as an md5: the tiny gemma3's is trained when it is built."""
+    import hashlib
+
+    return hashlib.md5(json.dumps(sorted(tokenizer.get_vocab().items())).encode()).hexdigest()
+
+
+def encoded_row(row: dict, batch: dict) -> dict:
+    """A dataset row's ids and labels, and its one-row batch's pixel values and token types, summarized."""
+    return {"input_ids": list(row["input_ids"]), "labels": list(row["labels"]),
+            "inputs": {key: summarize(batch[key]) for key in ("pixel_values", "token_type_ids")}}
+
+
+def tuneline_encoding(model: Path, work: Path) -> dict:
+    """tuneline's side of `ENCODING_JOB`: the build-dataset step's rows and the training collator's batches."""
+    from tuneline.config import load_config
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_tokenizer
+
+    config = load_config(overrides={"model_name_or_path": str(model), "dataset_dir": str(DEMO),
+                                    "output_dir": str(work / "out"), "pipeline_cache_dir": str(work / "cache"),
+                                    **ENCODING_KEYS, **ENCODING_SETTINGS}, check_paths=False)
+    train = load_processed(build_dataset(config))["train"]
+    tokenizer = load_tokenizer(config.model)
+    collator = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))
+    return {"vocab": vocab_digest(tokenizer), "rows": [encoded_row(train[i], collator([train[i]]))
+                                                       for i in range(len(train))]}
+
+
+def encoding_difference(ours: dict, theirs: dict) -> str | None:
+    """Where two encodings first differ (row from 1, column), or None."""
+    if ours["vocab"] != theirs["vocab"]:
+        return "the tiny gemma3's vocabulary differs from the snapshot's: rebuild it with --snapshot"
+    if len(ours["rows"]) != len(theirs["rows"]):
+        return f"{len(ours['rows'])} rows against {len(theirs['rows'])}"
+    for number, (mine, other) in enumerate(zip(ours["rows"], theirs["rows"], strict=True), start=1):
+        for column in ("input_ids", "labels"):
+            if mine[column] != other[column]:
+                return f"row {number}: {column} differ"
+        for key, value in mine["inputs"].items():
+            if not same_summary(value, other["inputs"][key]):
+                return f"row {number}: {key} {value} vs {other['inputs'][key]}"
+    return None
 
 
 def first_difference(ours: list[dict], theirs: list[dict], tolerance: float = 1e-4) -> str | None:
@@ -198,6 +307,18 @@ def same_summary(mine, other, tolerance: float = 1e-4) -> bool:
     return all(abs(a - b) <= tolerance * max(1.0, abs(b)) for a, b in numbers)
 
 
+def encodings(python: str, work: Path) -> tuple[dict, dict]:
+    """LLaMA-Factory's and tuneline's `ENCODING_JOB` on one tiny gemma3."""
+    from tuneline.tiny_vlm import build_tiny_vlm
+
+    model = build_tiny_vlm(work / "tiny_gemma3", "gemma3")
+    done = subprocess.run([python, "-c", LLAMAFACTORY_ENCODING, str(Path(__file__).parent), str(model),
+                           str(work / "llamafactory")], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"LLaMA-Factory's encoding failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1]), tuneline_encoding(model, work)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llamafactory-python", required=True, help="an interpreter where llamafactory 0.9.5 imports")
@@ -211,8 +332,15 @@ def main() -> None:
             raise SystemExit(f"LLaMA-Factory failed:\n{done.stderr[-4000:]}")
         theirs = json.loads(done.stdout.strip().splitlines()[-1])
         ours = tuneline_side(folders)
+        theirs[ENCODING_JOB], ours[ENCODING_JOB] = encodings(args.llamafactory_python, Path(work))
     identical = close = 0
     for job, rows in theirs.items():
+        if job == ENCODING_JOB:
+            difference = encoding_difference(ours[job], rows)
+            identical += difference is None
+            print(f"{job} (dataset input_ids and labels, batch pixel_values and token_type_ids): "
+                  f"{difference or 'identical'} ({len(rows['rows'])} rows)")
+            continue
         difference = first_difference(ours[job], rows)
         if difference and first_difference(ours[job], rows, PROCESSOR_TOLERANCE) is None:
             close += 1
@@ -220,7 +348,7 @@ def main() -> None:
                           f"(the processor's own resize differs between the two transformers versions)")
         identical += difference is None
         print(f"{job}: {difference or 'identical'} ({len(rows)} rows)")
-    print(f"{identical} of {len(theirs)} family/setting jobs identical on mllm_demo, {close} more identical up to "
+    print(f"{identical} of {len(theirs)} jobs identical on mllm_demo, {close} more identical up to "
           "the image processor's transformers version")
     if args.snapshot:
         SNAPSHOT.write_bytes(lzma.compress(json.dumps(theirs, separators=(",", ":")).encode()))

@@ -92,10 +92,21 @@ def template_problems(config: RunConfig) -> list[str]:
         from tuneline.data.mm.requirements import vision_requirements_problem
 
         problems.append(vision_requirements_problem(TEMPLATES[data.template].mm_plugin, has_videos=False))
+    if config.model.image_do_pan_and_scan and (data.template in AUTO or data.template in TEMPLATES):
+        problems.append(pan_and_scan_problem(TEMPLATES[data.template].mm_plugin if data.template in TEMPLATES
+                                             else None))
     if data.tool_date and not _is_tool_date(data.tool_date):
         problems.append(f"'tool_date: {data.tool_date}' is not a date as llama3's tool prompt writes it; "
                         "use day, month abbreviation and year, e.g. '26 Jul 2024'")
     return [problem for problem in problems if problem]
+
+
+def pan_and_scan_problem(plugin_name: str | None) -> str | None:
+    """Pan and scan is Gemma 3's: LLaMA-Factory ignores the key under other templates, tuneline refuses it."""
+    from tuneline.data.mm.plugins import get_mm_plugin
+    from tuneline.data.mm.run_media import pan_and_scan_refusal
+
+    return None if get_mm_plugin(plugin_name).pans_and_scans else pan_and_scan_refusal(plugin_name)
 
 
 def _is_tool_date(text: str) -> bool:

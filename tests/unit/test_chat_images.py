@@ -130,3 +130,32 @@ def test_an_image_is_read_from_a_path_or_base64(tmp_path):
         with pytest.raises(UserError, match="cannot read the image: where: ") as caught:
             read_image(source, "where")
         assert expected in str(caught.value), (source, caught.value)
+
+
+def test_chat_pans_and_scans_images_as_the_gemma3_processor_does(tiny_vlm, tmp_path):
+    """`image_do_pan_and_scan: true` reaches `tuneline chat` and a served model (both answer through
+    `answer_vision`): a wide image goes in with its crops, the pixels those of Gemma 3's own processor."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from tuneline.chat import answer_vision
+    from tuneline.config import load_config
+    from tuneline.data import get_template
+    from tuneline.model.tokenizer import load_tokenizer
+
+    model = tiny_vlm("gemma3")
+    config = load_config(overrides={"model_name_or_path": str(model), "dataset": "mllm_demo", "template": "gemma3",
+                                    "dataset_dir": str(MLLM_DATA), "image_do_pan_and_scan": True,
+                                    "output_dir": str(tmp_path / "out")}, check_paths=False)
+    tokenizer = load_tokenizer(config.model)
+    vision, _ = answer_vision(config, tokenizer, get_template("gemma3", tokenizer))
+    wide = tmp_path / "wide.png"  # 800 x 300: 3 crops of 267 x 300
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (300, 800, 3), dtype=np.uint8)).save(wide)
+    text = vision.expand_safely([{"role": "user", "content": f"<image>{QUESTION}"}], [str(wide)])[0]["content"]
+    assert text.startswith("Here is the original image") and text.count("<start_of_image>") == 4
+    pixels = vision.pixel_inputs([1], [str(wide)])([1], 1, True)["pixel_values"]
+    own = AutoProcessor.from_pretrained(model)(text="<start_of_image>", images=[Image.open(wide).convert("RGB")],
+                                               do_pan_and_scan=True, return_tensors="pt")
+    assert pixels.shape[0] == 4 and torch.equal(pixels, own["pixel_values"])

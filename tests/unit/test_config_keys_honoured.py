@@ -93,7 +93,7 @@ CONTEXTS: dict[str, dict[str, Any]] = {
     "interleave_probs": {"dataset": "demo_sft,demo_sharegpt", "mix_strategy": "interleave_under"},
     "lr_scheduler_kwargs": {"lr_scheduler_type": "cosine_with_restarts"},
     **dict.fromkeys(["media_dir", "image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels",
-                     "video_fps", "video_maxlen"], {"dataset": "mllm_demo", "dataset_dir": "<media_data>",
+                     "video_fps", "video_maxlen", "image_do_pan_and_scan"], {"dataset": "mllm_demo", "dataset_dir": "<media_data>",
                                                     "model_name_or_path": "<vlm>", "template": "gemma3"}),
     "optim_args": {"optim": "sgd"},
     "optim_target_modules": {"optim": "galore_adamw"},

@@ -37,6 +37,9 @@ class ModelArgs:
     video_min_pixels: int = arg(16 * 16, "Video frames below this many pixels are scaled up first.")
     video_fps: float = arg(2.0, "Frames sampled per second of video.")
     video_maxlen: int = arg(128, "Most frames sampled from one video.")
+    image_do_pan_and_scan: bool = arg(
+        False, "Gemma 3 (template gemma3) only: a wide or tall image also goes in as 2 to 4 crops after the whole "
+               "image, each its own run of image tokens (LLaMA-Factory's pan and scan).")
     # --- how to compute
     attn_implementation: str = arg(
         "sdpa", "Attention kernel. sft training batches go padding-free wherever it can keep their examples apart "

@@ -161,7 +161,6 @@ UNSUPPORTED_KEYS: dict[str, object] = {
     "rope_scaling": None,
     "infer_backend": "huggingface",
     "print_param_status": False,
-    "image_do_pan_and_scan": False,
     "crop_to_patches": False,
     "use_audio_in_video": False,
     "enable_thinking": True,

@@ -4,7 +4,11 @@ tests/fixtures/llamafactory/0.9.5/mm_parity.json.xz holds LLaMA-Factory's expand
 digests and tensor summaries for llava, gemma3, qwen2_vl and qwen3_vl under three pixel settings, written by
 `benchmarks/mm_parity.py --snapshot` (which also compares live). Pixel values are compared to the benchmark's
 `PROCESSOR_TOLERANCE`: transformers 5.24's Qwen2-VL image processor resizes a hair differently from 5.6's, which made
-the snapshot; everything the plugins themselves compute (texts, ids, resized pixels, grids) must be identical."""
+the snapshot; everything the plugins themselves compute (texts, ids, resized pixels, grids) must be identical.
+
+Gemma 3's pan and scan is checked there too, on the plugin (`gemma3/pan_and_scan*`) and through the whole sft
+encoding of the tiny gemma3 (the dataset's input ids and labels, the training collator's pixel values and token
+types), with images that are cut into crops."""
 
 from __future__ import annotations
 
@@ -24,8 +28,21 @@ def results(tmp_path_factory) -> dict:
     return BENCH.tuneline_side(folders)
 
 
-@pytest.mark.parametrize("job", [f"{family}/{setting}" for family in BENCH.FAMILIES for setting in BENCH.SETTINGS])
+def snapshot() -> dict:
+    return json.loads(lzma.decompress(BENCH.SNAPSHOT.read_bytes()))
+
+
+@pytest.mark.parametrize("job", [f"{family}/{setting}" for family, setting, _ in BENCH.jobs()])
 def test_plugin_matches_llamafactory_snapshot(results, job):
-    snapshot = json.loads(lzma.decompress(BENCH.SNAPSHOT.read_bytes()))
-    assert len(snapshot[job]) == 6
-    assert BENCH.first_difference(results[job], snapshot[job], BENCH.PROCESSOR_TOLERANCE) is None
+    theirs = snapshot()[job]
+    assert len(theirs) == 6
+    assert BENCH.first_difference(results[job], theirs, BENCH.PROCESSOR_TOLERANCE) is None
+
+
+def test_pan_and_scan_encodes_and_batches_the_tiny_gemma3_as_llamafactory(tiny_vlm, tmp_path):
+    theirs = snapshot()[BENCH.ENCODING_JOB]
+    ours = BENCH.tuneline_encoding(tiny_vlm("gemma3"), tmp_path)
+    images = [len(row["images"]) for row in BENCH.demo_rows()]
+    crops = [row["inputs"]["pixel_values"]["shape"][0] - count for row, count in zip(ours["rows"], images, strict=True)]
+    assert sum(crops) > 0 and 0 in crops  # wide images are cut into crops, the 300 x 199 one is not
+    assert BENCH.encoding_difference(ours, theirs) is None

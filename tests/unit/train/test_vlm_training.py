@@ -110,3 +110,25 @@ def test_image_rows_need_a_vision_template_and_model(tiny_vlm, tiny_model_dir, t
         build_dataset(text_model)
     with pytest.raises(ConfigError, match="'stage: pt' does not train on"):
         build_dataset(vlm_config(tiny_vlm, tmp_path, "gemma3", stage="pt"))
+
+
+def test_pan_and_scan_trains_gemma3_on_each_image_and_its_crops(tiny_vlm, tmp_path):
+    """`image_do_pan_and_scan: true`: the batch carries every image and its crops, one begin-of-image each, and
+    training steps on them (images grown to 400 x 400 pixels first, so the wide demo images are cut)."""
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.model.processor import load_processor
+    from tuneline.train.sft import run
+
+    config = vlm_config(tiny_vlm, tmp_path, "gemma3", image_do_pan_and_scan=True, image_min_pixels=400 * 400,
+                        per_device_train_batch_size=4, save_steps=2)
+    ref = build_dataset(config)
+    assert load_processed(ref)["train"].num_rows == 4
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch, tokenizer = keeper.batch, load_processor(config).tokenizer
+    begins = int((batch["input_ids"] == tokenizer.convert_tokens_to_ids("<start_of_image>")).sum())
+    images = sum(len(row["images"]) for row in load_processed(ref)["train"])
+    assert batch["pixel_values"].shape[0] == begins > images  # the 4 rows' images, then their crops
+    assert batch["token_type_ids"].sum() == (batch["input_ids"] == tokenizer.convert_tokens_to_ids(
+        "<image_soft_token>")).sum()
+    assert result["global_step"] == 2

@@ -27,6 +27,12 @@ class MediaSettings:
     video_min_pixels: int = 16 * 16
     video_fps: float = 2.0
     video_maxlen: int = 128
+    image_do_pan_and_scan: bool = False  # Gemma 3 only: crops of a wide or tall image follow it
+
+
+# The pan-and-scan settings LLaMA-Factory 0.9.5 hands Gemma 3's image processor, whatever the processor's own say.
+PAN_AND_SCAN = {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 256, "pan_and_scan_max_num_crops": 4,
+                "pan_and_scan_min_ratio_to_activate": 1.2}
 
 
 def limited_size(width: int, height: int, max_pixels: int, min_pixels: int, qwen: bool = False) -> tuple[int, int]:
@@ -79,6 +85,20 @@ def qwen_frame_size(height: int, width: int, factor: int, min_pixels: int, max_p
         grow = math.sqrt(min_pixels / (frames * height * width))
         blocks_h, blocks_w = (math.ceil(side * grow / factor) for side in (height, width))
     return blocks_h * factor, blocks_w * factor
+
+
+def pan_and_scan_crops(width: int, height: int) -> int:
+    """How many crops Gemma 3's image processor cuts an image of this size into under `PAN_AND_SCAN` (0: none):
+    along its long side, about one per aspect ratio, 2 to 4 of them, each at least 256 pixels on both sides.
+    Written here because transformers counts them only by cutting the pixels; a test pins it to transformers."""
+    ratio_to_activate, min_crop = PAN_AND_SCAN["pan_and_scan_min_ratio_to_activate"], PAN_AND_SCAN[
+        "pan_and_scan_min_crop_size"]
+    long, short = max(width, height), min(width, height)
+    if long / short < ratio_to_activate:
+        return 0
+    crops = min(math.floor(long / short + 0.5), math.floor(long / min_crop))
+    crops = min(PAN_AND_SCAN["pan_and_scan_max_num_crops"], max(2, crops))
+    return crops if min(math.ceil(long / crops), short) >= min_crop else 0
 
 
 def open_image(image: Any):

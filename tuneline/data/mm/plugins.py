@@ -14,10 +14,12 @@ from typing import Any
 
 from tuneline.data.media import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 from tuneline.data.mm.pixels import (
+    PAN_AND_SCAN,
     MediaSettings,
     SampledVideo,
     image_size,
     limited_size,
+    pan_and_scan_crops,
     qwen_frame_size,
     regularize_image,
     sample_video,
@@ -37,6 +39,7 @@ class MMPlugin:
     image_token: str | None = None
     video_token: str | None = None
     qwen_sizes = False  # Qwen-VL's extra side and ratio limits on top of the pixel limits
+    pans_and_scans = False  # takes `image_do_pan_and_scan` (Gemma 3); other plugins refuse it
 
     def expand_messages(self, messages: list[dict], images: list = (), videos: list = (), processor: Any = None,
                         settings: MediaSettings = MediaSettings()) -> list[dict]:
@@ -60,7 +63,7 @@ class MMPlugin:
         if images:
             regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
                                             self.qwen_sizes) for image in images]
-            inputs.update(processor.image_processor(regularized, return_tensors="pt"))
+            inputs.update(processor.image_processor(regularized, return_tensors="pt", **self.image_options(settings)))
         if videos:
             inputs.update(self.video_inputs(videos, processor, settings))
         return inputs
@@ -82,6 +85,10 @@ class MMPlugin:
         if (images or videos) and getattr(processor, "image_processor", None) is None:
             raise ConfigError(f"the '{self.name}' plugin needs the model's processor (AutoProcessor) with an image "
                               "processor to count image tokens; the model folder has none")
+
+    def image_options(self, settings: MediaSettings) -> dict[str, Any]:
+        """Keyword arguments for the image processor beyond the images."""
+        return {}
 
     def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
         raise NotImplementedError
@@ -108,10 +115,24 @@ class LlavaPlugin(MMPlugin):
 
 @dataclass(frozen=True)
 class Gemma3Plugin(MMPlugin):
-    """Gemma 3: a fixed run of `mm_tokens_per_image` soft tokens between begin/end-of-image, from the processor."""
+    """Gemma 3: a fixed run of `mm_tokens_per_image` soft tokens between begin/end-of-image, from the processor.
+    With pan and scan, a wide or tall image is followed by its crops, each such a run, in LLaMA-Factory's words."""
+
+    pans_and_scans = True
 
     def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
-        return [processor.full_image_sequence] * len(images)
+        sequence = processor.full_image_sequence
+        if not settings.image_do_pan_and_scan:
+            return [sequence] * len(images)
+        # LLaMA-Factory writes the sentence for every image, crops or not (transformers' processor only with crops)
+        return [f"Here is the original image {sequence} and here are some crops to help you see better "
+                + " ".join([sequence] * pan_and_scan_crops(*image_size(image, settings.image_max_pixels,
+                                                                       settings.image_min_pixels)))
+                for image in images]
+
+    def image_options(self, settings: MediaSettings) -> dict[str, Any]:
+        """LLaMA-Factory's fixed pan-and-scan settings: the pixels hold each image, then its crops."""
+        return dict(PAN_AND_SCAN) if settings.image_do_pan_and_scan else {}
 
     def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]], processor: Any,
                      settings: MediaSettings = MediaSettings()) -> dict[str, Any]:

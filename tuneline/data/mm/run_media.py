@@ -12,7 +12,7 @@ from tuneline.data.mm.requirements import vision_requirements_problem
 from tuneline.errors import ConfigError, UserError
 
 MEDIA_SETTINGS = ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_fps",
-                  "video_maxlen")
+                  "video_maxlen", "image_do_pan_and_scan")
 MEDIA_STAGES = ("sft", "rm", "dpo", "kto")  # stages whose encoding and batches carry images
 
 
@@ -22,11 +22,20 @@ class RunMedia:
     processor: Any
     settings: MediaSettings
 
+    def __post_init__(self):
+        if self.settings.image_do_pan_and_scan and not self.plugin.pans_and_scans:
+            raise ConfigError(pan_and_scan_refusal(self.plugin.name))
+
     def expand(self, messages: list[dict], images: list, videos: list) -> list[dict]:
         return self.plugin.expand_messages(messages, images, videos, self.processor, self.settings)
 
     def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]]) -> dict[str, Any]:
         return self.plugin.batch_inputs(images, videos, batch_ids, self.processor, self.settings)
+
+
+def pan_and_scan_refusal(plugin: str | None) -> str:
+    return (f"'image_do_pan_and_scan: true' crops images for Gemma 3 only, and this template's image plugin is "
+            f"'{plugin or 'none (text only)'}'; use 'template: gemma3' with a Gemma 3 model, or remove the key")
 
 
 def has_media(dataset, kinds: tuple[str, ...] = ("images", "videos")) -> bool:
