@@ -181,7 +181,7 @@ class Qwen2VLPlugin(MMPlugin):
                                                 return_tensors="pt"))
         if "second_per_grid_ts" in processor.model_input_names:  # Qwen2.5-VL's absolute time positions
             temporal = getattr(processor.image_processor, "temporal_patch_size", 2)
-            inputs["second_per_grid_ts"] = [temporal / _sampled_fps(v, settings) for v in sampled]
+            inputs["second_per_grid_ts"] = [temporal / sampled_fps(v, settings) for v in sampled]
         return inputs
 
     def video_frames(self, video: SampledVideo, settings: MediaSettings) -> list:
@@ -200,7 +200,7 @@ class Qwen3VLPlugin(Qwen2VLPlugin):
         for video in videos:
             sampled = sample_video(video, settings, decode=False)
             frames, height, width = self.video_grid(sampled, processor, settings)
-            times = frame_times(_frame_positions(sampled, settings), settings.video_fps, merge_size)
+            times = frame_times(frame_positions(sampled, settings), settings.video_fps, merge_size)
             pads = VISION_BOS + self.video_token * (height * width // merge_size ** 2) + VISION_EOS
             texts.append("".join(f"<{times[i]:.1f} seconds>{pads}" for i in range(frames)))
         return texts
@@ -216,12 +216,12 @@ class Qwen3VLPlugin(Qwen2VLPlugin):
         sampled = [sample_video(video, settings) for video in videos]
         frames = [self.video_frames(v, settings) for v in sampled]
         metadata = [{"fps": settings.video_fps, "duration": v.duration, "total_num_frames": len(f),
-                     "frames_indices": _frame_positions(v, settings)} for v, f in zip(sampled, frames, strict=True)]
+                     "frames_indices": frame_positions(v, settings)} for v, f in zip(sampled, frames, strict=True)]
         inputs = dict(processor.video_processor(videos=frames, video_metadata=metadata, fps=settings.video_fps,
                                                 return_metadata=True, do_sample_frames=False))
         if "second_per_grid_ts" in processor.model_input_names:
             temporal = getattr(processor.image_processor, "temporal_patch_size", 2)
-            inputs["second_per_grid_ts"] = [temporal / _sampled_fps(v, settings) for v in sampled]
+            inputs["second_per_grid_ts"] = [temporal / sampled_fps(v, settings) for v in sampled]
         return inputs
 
 
@@ -233,14 +233,14 @@ def frame_times(positions: list[float], fps: float, merge_size: int) -> list[flo
     return [(seconds[i] + seconds[i + merge_size - 1]) / 2 for i in range(0, len(seconds), merge_size)]
 
 
-def _frame_positions(video: SampledVideo, settings: MediaSettings) -> list[float]:
+def frame_positions(video: SampledVideo, settings: MediaSettings) -> list[float]:
     """Frame positions in units of sampled frames at `video_fps`, as Qwen3-VL's timestamps read them."""
     if video.average_fps is None:
         return [float(i) for i in video.indices]
     return [index / video.average_fps * settings.video_fps for index in video.indices]
 
 
-def _sampled_fps(video: SampledVideo, settings: MediaSettings) -> float:
+def sampled_fps(video: SampledVideo, settings: MediaSettings) -> float:
     if video.average_fps is None:
         return settings.video_fps
     return len(video.indices) / video.duration
