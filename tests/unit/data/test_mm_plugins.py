@@ -3,14 +3,16 @@ pixel limits change that, the tensors a batch gets, and the rows and configs the
 
 from __future__ import annotations
 
+import shutil
 from types import SimpleNamespace
 
 import pytest
 from mm_fixtures import DEMO_IMAGES, load_parity_benchmark
 from PIL import Image
 
+from tuneline.data.media import video_problem
 from tuneline.data.mm import MediaSettings, get_mm_plugin, vision_requirements_problem
-from tuneline.data.mm.pixels import image_size, limited_size, regularize_image, sample_indices
+from tuneline.data.mm.pixels import image_size, limited_size, regularize_image, sample_indices, sample_video
 from tuneline.data.mm.plugins import PLUGINS, frame_times
 from tuneline.data.mm.requirements import torchvision_works
 from tuneline.data.template_catalog import TEMPLATES
@@ -128,6 +130,21 @@ def test_qwen_videos_from_frames_expand_per_frame_pair(processors):
     # each pair stamped with the mean time of its frames (0 and 1, 2 and 2 at 2 fps)
     frame = "<|vision_start|>" + "<|video_pad|>" * 10 + "<|vision_end|>"
     assert qwen3 == f"<0.2 seconds>{frame}<1.0 seconds>{frame}"
+
+
+def test_a_stream_of_unknown_length_is_counted_by_the_frames_it_has(tmp_path, processors):
+    """A JPEG named .mp4 opens in PyAV as a video stream of one frame whose header gives no frame count: LLaMA-Factory
+    then samples the first `video_maxlen` frames. Only those that exist are counted, at build time as in the
+    collator, so the tokens written match the pixels made (counting all 128 would write 64 frame pairs)."""
+    clip = tmp_path / "still.mp4"
+    shutil.copy(IMAGE, clip)
+    header, decoded = sample_video(str(clip), MediaSettings(), decode=False), sample_video(str(clip), MediaSettings())
+    assert header.indices == decoded.indices == [0] and len(decoded.frames) == 1
+    assert header.duration == decoded.duration == 0.5  # no duration in the header: one frame at video_fps
+    assert video_problem(clip) is None  # PyAV reads it as a video, as LLaMA-Factory's does
+    text = get_mm_plugin("qwen2_vl").expand_messages(chat("<video>"), [], [str(clip)], processors["qwen2_vl"])
+    # one frame repeated to a pair; 300x168 as 5x10 28-pixel blocks (see the frames test above): 50 pads
+    assert text[0]["content"] == "<|vision_start|>" + "<|video_pad|>" * 50 + "<|vision_end|>"
 
 
 def test_frame_times_average_each_temporal_patch():
