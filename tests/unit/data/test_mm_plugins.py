@@ -3,11 +3,12 @@ pixel limits change that, the tensors a batch gets, and the rows and configs the
 
 from __future__ import annotations
 
+import re
 import shutil
 from types import SimpleNamespace
 
 import pytest
-from mm_fixtures import DEMO_IMAGES, load_parity_benchmark
+from mm_fixtures import DEMO_IMAGES, REPO, load_parity_benchmark
 from PIL import Image
 
 from tuneline.data.media import video_problem
@@ -145,6 +146,20 @@ def test_a_stream_of_unknown_length_is_counted_by_the_frames_it_has(tmp_path, pr
     text = get_mm_plugin("qwen2_vl").expand_messages(chat("<video>"), [], [str(clip)], processors["qwen2_vl"])
     # one frame repeated to a pair; 300x168 as 5x10 28-pixel blocks (see the frames test above): 50 pads
     assert text[0]["content"] == "<|vision_start|>" + "<|video_pad|>" * 50 + "<|vision_end|>"
+
+
+def test_qwen3_stamps_each_video_with_its_own_frames(processors):
+    """Each video gets its own frame pairs and times, wherever it sits: LLaMA-Factory 0.9.5 writes every video of a
+    row with the first one's pair count and times, and fails on a video after the first message (checked there)."""
+    clips = REPO / "tests" / "fixtures" / "llamafactory-mm" / "mllm_demo_data"
+    plugin, processor = get_mm_plugin("qwen3_vl"), processors["qwen3_vl"]
+    two = plugin.expand_messages(chat("<video><video>Which?"), [], [str(clips / "1.mp4"), str(clips / "3.mp4")],
+                                 processor)[0]["content"]
+    stamps = re.findall(r"<([0-9.]+) seconds>", two)
+    # 1.mp4: 19 frames sampled over 9.7 s, the last repeated -> 10 pairs; 3.mp4: 12 over 6.1 s -> 6, timed from 0
+    assert len(stamps) == 16 and (stamps[0], stamps[9], stamps[10], stamps[15]) == ("0.3", "9.7", "0.3", "5.8")
+    later = plugin.expand_messages(chat("Hi.", "Hello.", "<video>And now?"), [], [str(clips / "3.mp4")], processor)
+    assert later[2]["content"].startswith("<0.3 seconds><|vision_start|>") and later[2]["content"].count("seconds>") == 6
 
 
 def test_frame_times_average_each_temporal_patch():
