@@ -171,9 +171,14 @@ class Qwen2VLPlugin(MMPlugin):
         return math.ceil(frames / config.temporal_patch_size), height // config.patch_size, width // config.patch_size
 
     def resize_frames(self, frames: int, height: int, width: int, config: Any) -> tuple[int, int]:
-        """Each frame on its own within the video processor's pixel range."""
-        return qwen_frame_size(height, width, config.patch_size * config.merge_size, config.size["shortest_edge"],
-                               config.size["longest_edge"])
+        """Each frame on its own within the video processor's pixel range; with `cap_pixels_per_frame` (a video
+        processor setting of transformers 5.2x, which LLaMA-Factory 0.9.5 does not read) the range's top is also
+        bounded by each frame's share of `max_video_tokens`, as the processor's resize bounds it."""
+        factor, shortest, longest = config.patch_size * config.merge_size, *_pixel_range(config)
+        if getattr(config, "cap_pixels_per_frame", None):
+            clip = int(config.max_video_tokens * factor * factor * 0.9)
+            longest = max(min(longest, clip * config.temporal_patch_size // frames), int(shortest * 1.05))
+        return qwen_frame_size(height, width, factor, shortest, longest)
 
     def video_inputs(self, videos: list, processor: Any, settings: MediaSettings) -> dict[str, Any]:
         sampled = [sample_video(video, settings) for video in videos]
@@ -209,8 +214,11 @@ class Qwen3VLPlugin(Qwen2VLPlugin):
         """Qwen3-VL bounds the pixels of the whole clip (frames rounded to temporal patches), not of one frame."""
         if frames < config.temporal_patch_size:
             raise DataError(f"a video needs at least {config.temporal_patch_size} frames for Qwen3-VL; one has {frames}")
-        return qwen_frame_size(height, width, config.patch_size * config.merge_size, config.size["shortest_edge"],
-                               config.size["longest_edge"], frames, config.temporal_patch_size)
+        factor, shortest, longest = config.patch_size * config.merge_size, *_pixel_range(config)
+        if getattr(config, "cap_pixels_per_frame", None):  # transformers 5.2x: each frame at most its token share
+            per_frame = max(min(config.max_video_tokens * factor * factor, longest // frames), int(shortest * 1.05))
+            longest = per_frame * frames
+        return qwen_frame_size(height, width, factor, shortest, longest, frames, config.temporal_patch_size)
 
     def video_inputs(self, videos: list, processor: Any, settings: MediaSettings) -> dict[str, Any]:
         sampled = [sample_video(video, settings) for video in videos]
@@ -244,6 +252,10 @@ def sampled_fps(video: SampledVideo, settings: MediaSettings) -> float:
     if video.average_fps is None:
         return settings.video_fps
     return len(video.indices) / video.duration
+
+
+def _pixel_range(config: Any) -> tuple[int, int]:
+    return config.size["shortest_edge"], config.size["longest_edge"]
 
 
 def _video_config(processor: Any) -> Any:
