@@ -24,12 +24,8 @@ tests/unit/data/test_video_parity.py, which checks tuneline against it without L
 
 from __future__ import annotations
 
-import argparse
 import json
-import lzma
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -170,18 +166,10 @@ def first_difference(ours: list[dict], theirs: list[dict]) -> str | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--llamafactory-python", required=True, help="an interpreter where llamafactory 0.9.5 imports")
-    parser.add_argument("--snapshot", action="store_true", help=f"write LLaMA-Factory's results to {SNAPSHOT}")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as work:
-        folders = {family: build_processor(family, Path(work) / family) for family in FAMILIES}
-        done = subprocess.run([args.llamafactory_python, "-c", LLAMAFACTORY_SIDE, str(Path(__file__).parent),
-                               json.dumps({k: str(v) for k, v in folders.items()})], capture_output=True, text=True)
-        if done.returncode:
-            raise SystemExit(f"LLaMA-Factory failed:\n{done.stderr[-4000:]}")
-        theirs = json.loads(done.stdout.strip().splitlines()[-1])
-        ours = tuneline_side(folders)
+    parity = mm_parity()
+    args = parity.parity_args(__doc__.splitlines()[0], SNAPSHOT)
+    theirs, ours = parity.both_sides(args.llamafactory_python, LLAMAFACTORY_SIDE, build_processor, FAMILIES,
+                                     tuneline_side)
     identical = 0
     for job, rows in theirs.items():
         difference = first_difference(ours[job], rows)
@@ -190,8 +178,7 @@ def main() -> None:
         print(f"{job}: {difference or 'identical'} ({len(rows)} videos, {frames} frames sampled)")
     print(f"{identical} of {len(theirs)} family/setting jobs identical on mllm_video_demo")
     if args.snapshot:
-        SNAPSHOT.write_bytes(lzma.compress(json.dumps(theirs, separators=(",", ":")).encode()))
-        print(f"wrote {SNAPSHOT} ({SNAPSHOT.stat().st_size} bytes)")
+        parity.write_snapshot(SNAPSHOT, theirs)
 
 
 if __name__ == "__main__":
