@@ -352,6 +352,27 @@ def test_videos_on_a_model_that_reads_images_only_are_refused_before_encoding(me
         build_dataset(config)
 
 
+def test_tuneline_validate_refuses_a_video_dataset_for_a_template_without_videos(media_data_dir, tiny_vlm, tmp_path,
+                                                                                 capsys):
+    """Said before anything starts, from dataset_info.json alone: the build would decode every video first."""
+    from flows.cli import run
+
+    config = tmp_path / "video.yaml"
+    for template, code in (("llava", 2), ("gemma3", 2), ("qwen2_vl", None)):
+        config.write_text(f"model_name_or_path: {tiny_vlm('llava')}\ndataset: mllm_demo,mllm_video_demo\n"
+                          f"dataset_dir: {media_data_dir}\ntemplate: {template}\noutput_dir: {tmp_path / 'out'}\n")
+        done, err = run(["validate", str(config)]), capsys.readouterr().err
+        problem = "dataset 'mllm_video_demo' has a 'videos' column, but 'template: "
+        if code:
+            assert done == code and "Traceback" not in err
+            assert (f"{problem}{template}' reads no videos (LLaMA-Factory's plugin for it has no video token either); "
+                    "use a template whose model reads videos (qwen2_vl, qwen3_vl, qwen3_vl_nothink), or remove 'videos' "
+                    "from the entry's columns in dataset_info.json") in err, err
+            assert "'mllm_demo'" not in err, "an entry without videos is fine"
+        else:  # reads videos (where torchvision does not load, refused for that instead)
+            assert problem not in err
+
+
 def test_audio_and_hub_media_are_refused_with_what_to_do(media_data_dir, make_config):
     info = json.loads((media_data_dir / "dataset_info.json").read_text())
     info["voice"] = {"file_name": "mllm_demo.json", "formatting": "sharegpt",
