@@ -79,8 +79,8 @@ def hub_media_problems(config: RunConfig) -> list[str]:
     except DataError:
         return []
     problems = [problem for attr in attrs if (problem := remote_media_problem(attr, config.data.dataset_dir))]
-    return problems + [video_template_problem(attr.name, config.data.template) for attr in attrs
-                       if attr.videos and video_template_problem(attr.name, config.data.template)]
+    return problems + [problem for attr in attrs
+                       if attr.videos and (problem := video_template_problem(attr.name, config.data.template))]
 
 
 def video_template_problem(dataset: str, template: str) -> str | None:
