@@ -70,6 +70,7 @@ def hub_media_problems(config: RunConfig) -> list[str]:
     """Hub entries with images or videos whose local copy is missing (LLaMA-Factory's `rlhf_v`), and entries with
     videos for a template that reads none, said before the flow starts (before the build decodes every video);
     every other entry problem is the build step's to report."""
+    from tuneline.data.media import pyav_problem
     from tuneline.data.registry import parse_entry, read_info, remote_media_problem
 
     names = config.dataset_names + config.eval_dataset_names
@@ -79,8 +80,11 @@ def hub_media_problems(config: RunConfig) -> list[str]:
     except DataError:
         return []
     problems = [problem for attr in attrs if (problem := remote_media_problem(attr, config.data.dataset_dir))]
-    return problems + [problem for attr in attrs
-                       if attr.videos and (problem := video_template_problem(attr.name, config.data.template))]
+    problems += [problem for attr in attrs
+                 if attr.videos and (problem := video_template_problem(attr.name, config.data.template))]
+    if any(attr.videos for attr in attrs) and (problem := pyav_problem()):
+        problems.append(problem)
+    return problems
 
 
 def video_template_problem(dataset: str, template: str) -> str | None:

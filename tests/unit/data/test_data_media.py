@@ -353,7 +353,7 @@ def test_videos_on_a_model_that_reads_images_only_are_refused_before_encoding(me
 
 
 def test_tuneline_validate_refuses_a_video_dataset_for_a_template_without_videos(media_data_dir, tiny_vlm, tmp_path,
-                                                                                 capsys):
+                                                                                 capsys, monkeypatch):
     """Said before anything starts, from dataset_info.json alone: the build would decode every video first."""
     from flows.cli import run
 
@@ -370,7 +370,12 @@ def test_tuneline_validate_refuses_a_video_dataset_for_a_template_without_videos
                     "from the entry's columns in dataset_info.json") in err, err
             assert "'mllm_demo'" not in err, "an entry without videos is fine"
         else:  # reads videos (where torchvision does not load, refused for that instead)
-            assert problem not in err
+            assert problem not in err and "PyAV" not in err
+    monkeypatch.setitem(sys.modules, "av", None)  # `import av` fails, as where PyAV is not installed
+    without_av = tmp_path / "video-without-av.yaml"  # a new file: checks are memoised per file content
+    without_av.write_text(config.read_text())
+    assert run(["validate", str(without_av)]) == 2
+    assert "reading videos needs PyAV, which is not installed: `pip install 'tuneline[video]'`" in capsys.readouterr().err
 
 
 def test_audio_and_hub_media_are_refused_with_what_to_do(media_data_dir, make_config):
