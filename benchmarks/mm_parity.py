@@ -319,19 +319,35 @@ def encodings(python: str, work: Path) -> tuple[dict, dict]:
     return json.loads(done.stdout.strip().splitlines()[-1]), tuneline_encoding(model, work)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parity_args(description: str, snapshot: Path) -> argparse.Namespace:
+    """The command line of a parity script: LLaMA-Factory's interpreter, and whether to write its snapshot."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--llamafactory-python", required=True, help="an interpreter where llamafactory 0.9.5 imports")
-    parser.add_argument("--snapshot", action="store_true", help=f"write LLaMA-Factory's results to {SNAPSHOT}")
-    args = parser.parse_args()
+    parser.add_argument("--snapshot", action="store_true", help=f"write LLaMA-Factory's results to {snapshot}")
+    return parser.parse_args()
+
+
+def both_sides(llamafactory_python: str, side_code: str, build, families, ours) -> tuple[dict, dict]:
+    """(LLaMA-Factory's results, tuneline's) on processor folders `build(family, folder)` makes for each family:
+    `side_code` runs in LLaMA-Factory's interpreter with this folder and the folders as arguments, `ours` here."""
     with tempfile.TemporaryDirectory() as work:
-        folders = {family: build_processor(family, Path(work) / family) for family in FAMILIES}
-        done = subprocess.run([args.llamafactory_python, "-c", LLAMAFACTORY_SIDE, str(Path(__file__).parent),
+        folders = {family: build(family, Path(work) / family) for family in families}
+        done = subprocess.run([llamafactory_python, "-c", side_code, str(Path(__file__).parent),
                                json.dumps({k: str(v) for k, v in folders.items()})], capture_output=True, text=True)
         if done.returncode:
             raise SystemExit(f"LLaMA-Factory failed:\n{done.stderr[-4000:]}")
-        theirs = json.loads(done.stdout.strip().splitlines()[-1])
-        ours = tuneline_side(folders)
+        return json.loads(done.stdout.strip().splitlines()[-1]), ours(folders)
+
+
+def write_snapshot(snapshot: Path, theirs: dict) -> None:
+    snapshot.write_bytes(lzma.compress(json.dumps(theirs, separators=(",", ":")).encode()))
+    print(f"wrote {snapshot} ({snapshot.stat().st_size} bytes)")
+
+
+def main() -> None:
+    args = parity_args(__doc__.splitlines()[0], SNAPSHOT)
+    theirs, ours = both_sides(args.llamafactory_python, LLAMAFACTORY_SIDE, build_processor, FAMILIES, tuneline_side)
+    with tempfile.TemporaryDirectory() as work:
         theirs[ENCODING_JOB], ours[ENCODING_JOB] = encodings(args.llamafactory_python, Path(work))
     identical = close = 0
     for job, rows in theirs.items():
@@ -351,8 +367,7 @@ def main() -> None:
     print(f"{identical} of {len(theirs)} jobs identical on mllm_demo, {close} more identical up to "
           "the image processor's transformers version")
     if args.snapshot:
-        SNAPSHOT.write_bytes(lzma.compress(json.dumps(theirs, separators=(",", ":")).encode()))
-        print(f"wrote {SNAPSHOT} ({SNAPSHOT.stat().st_size} bytes)")
+        write_snapshot(SNAPSHOT, theirs)
 
 
 if __name__ == "__main__":

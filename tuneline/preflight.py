@@ -67,8 +67,10 @@ def machine_and_library_problems(config: RunConfig) -> list[str]:
 
 
 def hub_media_problems(config: RunConfig) -> list[str]:
-    """Hub entries with images or videos whose local copy is missing (LLaMA-Factory's `rlhf_v`), said before the flow
-    starts; every other entry problem is the build step's to report."""
+    """Hub entries with images or videos whose local copy is missing (LLaMA-Factory's `rlhf_v`), and entries with
+    videos for a template that reads none, said before the flow starts (before the build decodes every video);
+    every other entry problem is the build step's to report."""
+    from tuneline.data.media import pyav_problem
     from tuneline.data.registry import parse_entry, read_info, remote_media_problem
 
     names = config.dataset_names + config.eval_dataset_names
@@ -77,7 +79,25 @@ def hub_media_problems(config: RunConfig) -> list[str]:
         attrs = [parse_entry(name, info[name]) for name in names if name in info]
     except DataError:
         return []
-    return [problem for attr in attrs if (problem := remote_media_problem(attr, config.data.dataset_dir))]
+    problems = [problem for attr in attrs if (problem := remote_media_problem(attr, config.data.dataset_dir))]
+    problems += [problem for attr in attrs
+                 if attr.videos and (problem := video_template_problem(attr.name, config.data.template))]
+    if any(attr.videos for attr in attrs) and (problem := pyav_problem()):
+        problems.append(problem)
+    return problems
+
+
+def video_template_problem(dataset: str, template: str) -> str | None:
+    """Why a dataset with a `videos` column cannot run with this template (its plugin, as LLaMA-Factory's, has no
+    video token: llava, gemma3, text templates), or None."""
+    from tuneline.data.mm import get_mm_plugin
+    from tuneline.data.mm.run_media import video_templates
+
+    if template not in TEMPLATES or get_mm_plugin(TEMPLATES[template].mm_plugin).video_token:
+        return None
+    return (f"dataset '{dataset}' has a 'videos' column, but 'template: {template}' reads no videos (LLaMA-Factory's "
+            f"plugin for it has no video token either); use a template whose model reads videos "
+            f"({', '.join(video_templates())}), or remove 'videos' from the entry's columns in dataset_info.json")
 
 
 def template_problems(config: RunConfig) -> list[str]:

@@ -3,7 +3,7 @@
 A row's media are file paths, relative to `media_dir` (default: `dataset_dir`) or absolute; a single string is a
 one-item list, as in LLaMA-Factory. Problems are found while the dataset is built, so a broken image stops the
 build with its file and row named instead of failing a training step hours later. Free of heavy imports: the
-cache key reads the same paths on every run (PIL loads only when an image is checked)."""
+cache key reads the same paths on every run (PIL loads only when an image is checked, PyAV when a video is)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+
+from tuneline.errors import UserError
 
 # LLaMA-Factory reads its placeholders from these environment variables too, so data written for a changed
 # placeholder works unchanged.
@@ -116,18 +118,52 @@ def image_problem(path: Path) -> tuple[str, str] | None:
     return None
 
 
+def pyav_problem() -> str | None:
+    """Why videos cannot be read here (PyAV missing), or None: like LLaMA-Factory, tuneline decodes them with PyAV."""
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return ("reading videos needs PyAV, which is not installed: `pip install 'tuneline[video]'` (or `pip "
+                "install av`), or leave the videos out")
+    return None
+
+
 def video_problem(path: Path) -> tuple[str, str] | None:
-    """Why `path` is not a usable video file, or None. Only existence and readability: decoding needs PyAV, which
-    tuneline does not depend on, so a corrupt video is found when the processor decodes it."""
+    """Why `path` is not a usable video, or None. Every frame is decoded, as the collator will: a file cut short can
+    open and then stop decoding, or end before the frame count its header gives, and the frames sampled from that
+    count would then not exist."""
     if not path.is_file():
         return "media file missing", f"video '{path}' does not exist{_WHERE}"
+    if path.stat().st_size == 0:
+        return "bad video", f"'{path}' is empty"
+    if problem := pyav_problem():
+        raise UserError(problem)
+    import av
+
     try:
-        with open(path, "rb") as handle:
-            if not handle.read(1):
-                return "bad video", f"'{path}' is empty"
+        with av.open(str(path), "r") as container:
+            stream = next((s for s in container.streams if s.type == "video"), None)
+            if stream is None:
+                return "bad video", f"'{path}' holds no video stream (only {_stream_kinds(container)})"
+            decoded, header = 0, stream.frames
+            try:
+                for _ in container.decode(stream):
+                    decoded += 1
+            except av.FFmpegError as exc:
+                return "bad video", f"'{path}' stops decoding after {decoded} of {header or '?'} frames ({exc.strerror})"
+    except av.FFmpegError as exc:
+        return "bad video", f"'{path}' does not open as a video ({exc.strerror}); is it cut short, or not a video?"
     except OSError as exc:
         return "bad video", f"'{path}' cannot be read ({exc.strerror})"
+    if decoded == 0:
+        return "bad video", f"'{path}' has no frames"
+    if decoded < header:
+        return "bad video", f"'{path}' decodes {decoded} frames but its header says {header} (is it cut short?)"
     return None
+
+
+def _stream_kinds(container) -> str:
+    return ", ".join(stream.type for stream in container.streams) or "no streams"
 
 
 CHECKS = {"images": image_problem, "videos": video_problem}

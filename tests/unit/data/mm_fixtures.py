@@ -10,8 +10,9 @@ REPO = Path(__file__).resolve().parents[3]
 DEMO_IMAGES = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data" / "mllm_demo_data"
 
 
-def load_parity_benchmark():
-    spec = importlib.util.spec_from_file_location("mm_parity", REPO / "benchmarks" / "mm_parity.py")
+def load_parity_benchmark(name: str = "mm_parity"):
+    """benchmarks/NAME.py as a module: its processor builders and its LLaMA-Factory snapshot's reader."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

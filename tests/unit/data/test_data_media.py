@@ -19,7 +19,7 @@ from data_helpers import write_dataset
 
 from tuneline.data import build_dataset
 from tuneline.data.loader import load_examples
-from tuneline.errors import ConfigError, DataError
+from tuneline.errors import ConfigError, DataError, UserError
 
 ALPACA_IMAGES = {"columns": {"prompt": "instruction", "response": "output", "images": "images"}}
 SHAREGPT_MEDIA = {"formatting": "sharegpt", "columns": {"messages": "messages", "images": "images",
@@ -202,25 +202,113 @@ def test_a_bad_image_stops_the_build_before_tokenizing_or_is_skipped(media_data_
     assert (ref["train_rows"], ref["bad_rows"]) == (1, {"bad image": 1})
 
 
-def test_bad_videos_are_named_bad_rows(media_data_dir, make_config):
+def _cut(media_data_dir: Path, video: str, keep: float) -> str:
+    whole = (media_data_dir / "mllm_demo_data" / video).read_bytes()
+    (media_data_dir / f"cut_{video}").write_bytes(whole[: int(len(whole) * keep)])
+    return f"cut_{video}"
+
+
+def _cut_at_a_packet(media_data_dir: Path) -> str:
+    """3.mp4 (146 frames) with its index moved to the front, cut where its 61st frame's packet starts: it opens,
+    its header still says 146 frames, and it decodes 60 without an error."""
+    import av
+
+    whole = media_data_dir / "front_index.mp4"
+    with av.open(str(media_data_dir / "mllm_demo_data" / "3.mp4")) as source, \
+            av.open(str(whole), "w", options={"movflags": "faststart"}) as out:
+        stream = out.add_stream_from_template(source.streams.video[0])
+        for packet in source.demux(source.streams.video[0]):
+            if packet.dts is not None:
+                packet.stream = stream
+                out.mux(packet)
+    with av.open(str(whole)) as remuxed:
+        starts = [packet.pos for packet in remuxed.demux(remuxed.streams.video[0]) if packet.size]
+    (media_data_dir / "short.mp4").write_bytes(whole.read_bytes()[: starts[60]])
+    return "short.mp4"
+
+
+def _audio_only(media_data_dir: Path) -> str:
+    import av
+    import numpy as np
+
+    with av.open(str(media_data_dir / "tone.mp4"), "w") as out:
+        stream = out.add_stream("aac", rate=8000, layout="mono")
+        samples = (np.sin(np.arange(8000) / 5) * 0.3).astype(np.float32)[None, :]
+        frame = av.AudioFrame.from_ndarray(samples, format="fltp", layout="mono")
+        frame.sample_rate = 8000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return "tone.mp4"
+
+
+def _empty(media_data_dir: Path) -> str:
     (media_data_dir / "empty.mp4").write_bytes(b"")
-    rows = [{"messages": chat("<video>What happens?"), "videos": ["mllm_demo_data/1.mp4"]},
-            {"messages": chat("<video>What happens?"), "videos": ["mllm_demo_data/9.mp4"]},
-            {"messages": chat("What happens?"), "videos": ["mllm_demo_data/3.mp4"]},
-            {"messages": chat("<video>What happens?"), "videos": ["empty.mp4"]},
-            {"messages": chat("<video>What happens?"), "videos": [["f1.jpg", "f2.jpg"]]}]
+    return "empty.mp4"
+
+
+def _text_as_mp4(media_data_dir: Path) -> str:
+    (media_data_dir / "notes.mp4").write_text("these are notes, not a video\n")
+    return "notes.mp4"
+
+
+NOT_OPENING = "does not open as a video (Invalid data found when processing input); is it cut short, or not a video?"
+BAD_VIDEOS = {  # case -> (videos the row names (made by a function of media_data_dir), text, message after the column)
+    "missing file": (lambda d: ["mllm_demo_data/9.mp4"], "<video>What happens?",
+                     "media file missing: video '{data}/mllm_demo_data/9.mp4' does not exist (a relative path starts "
+                     "at media_dir, which defaults to dataset_dir)"),
+    "mp4 cut in half": (lambda d: [_cut(d, "1.mp4", 0.5)], "<video>What happens?",
+                        f"bad video: '{{data}}/cut_1.mp4' {NOT_OPENING}"),
+    "mp4 cut at a packet": (lambda d: [_cut_at_a_packet(d)], "<video>What happens?",
+                            "bad video: '{data}/short.mp4' decodes 60 frames but its header says 146 (is it cut "
+                            "short?)"),
+    "avi cut in half": (lambda d: [_cut(d, "2.avi", 0.5)], "<video>What happens?",
+                        "bad video: '{data}/cut_2.avi' stops decoding after 137 of 270 frames (Invalid data found "
+                        "when processing input)"),
+    "text named .mp4": (lambda d: [_text_as_mp4(d)], "<video>What happens?",
+                        f"bad video: '{{data}}/notes.mp4' {NOT_OPENING}"),
+    "sound only": (lambda d: [_audio_only(d)], "<video>What happens?",
+                   "bad video: '{data}/tone.mp4' holds no video stream (only audio)"),
+    "empty file": (lambda d: [_empty(d)], "<video>What happens?", "bad video: '{data}/empty.mp4' is empty"),
+    "no placeholder": (lambda d: ["mllm_demo_data/3.mp4"], "What happens?",
+                       "placeholder count: 0 <video> in the messages but 1 video; write one <video> where each goes"),
+    "one placeholder too many": (lambda d: ["mllm_demo_data/3.mp4"], "<video>What happens?<video>",
+                                 "placeholder count: 2 <video> in the messages but 1 video; write one <video> where "
+                                 "each goes"),
+    "frames for a video": (lambda d: [["f1.jpg", "f2.jpg"]], "<video>What happens?",
+                           "wrong type: a video given as a list of frame images is not supported; give the video "
+                           "file's path"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VIDEOS))
+def test_each_bad_video_is_a_named_bad_row(media_data_dir, make_config, case):
+    make_videos, text, message = BAD_VIDEOS[case]
+    rows = [{"messages": chat("<video>Fine?"), "videos": ["mllm_demo_data/1.mp4"]},
+            {"messages": chat(text), "videos": make_videos(media_data_dir)}]
     write_dataset(media_data_dir, "clips", rows, SHAREGPT_MEDIA)
     loaded = converted(make_config, "clips")
-    where = f"{media_data_dir / 'clips.json'}: row"
-    assert bad_messages(loaded) == [
-        f"{where} 2, column 'videos': media file missing: video '{media_data_dir}/mllm_demo_data/9.mp4' does not exist "
-        "(a relative path starts at media_dir, which defaults to dataset_dir)",
-        f"{where} 3, column 'videos': placeholder count: 0 <video> in the messages but 1 video; write one <video> "
-        "where each goes",
-        f"{where} 4, column 'videos': bad video: '{media_data_dir}/empty.mp4' is empty",
-        f"{where} 5, column 'videos': wrong type: a video given as a list of frame images is not supported; give the "
-        "video file's path"]
     assert [ex["_videos"] for ex in loaded.per_dataset[0]] == [[str(media_data_dir / "mllm_demo_data" / "1.mp4")]]
+    assert bad_messages(loaded) == [
+        f"{media_data_dir / 'clips.json'}: row 2, column 'videos': {message.format(data=media_data_dir)}"]
+
+
+def test_a_bad_video_stops_the_build_before_tokenizing(media_data_dir, make_config):
+    rows = json.loads((media_data_dir / "mllm_video_demo.json").read_text())
+    rows[1]["videos"] = [_cut(media_data_dir, "2.avi", 0.5)]
+    (media_data_dir / "mllm_video_demo.json").write_text(json.dumps(rows))
+    with pytest.raises(DataError, match=r"mllm_video_demo\.json: row 2, column 'videos': bad video: .*cut_2\.avi' "
+                                        r"stops decoding after 137 of 270 frames"):
+        build_dataset(make_config(dataset="mllm_video_demo"))
+
+
+def test_videos_without_pyav_are_refused_with_what_to_install(media_data_dir, make_config, monkeypatch):
+    """PyAV is an extra (`tuneline[video]`): where it is not installed, a video dataset stops with one message.
+    (`sys.modules["av"] = None` makes `import av` fail as it does where the package is missing.)"""
+    monkeypatch.setitem(sys.modules, "av", None)
+    with pytest.raises(UserError, match=r"reading videos needs PyAV, which is not installed: `pip install "
+                                        r"'tuneline\[video\]'`"):
+        converted(make_config, "mllm_video_demo")
+    assert good(converted(make_config, "mllm_demo"))  # images alone do not need it
 
 
 def test_placeholders_in_the_answers_count_and_each_pair_is_checked(media_data_dir, make_config):
@@ -249,6 +337,45 @@ def test_a_text_dataset_is_not_checked_for_placeholders(media_data_dir, make_con
 
 
 # --- entries refused
+
+
+@pytest.mark.parametrize("preset", ["llava", "gemma3"])
+def test_videos_on_a_model_that_reads_images_only_are_refused_before_encoding(media_data_dir, make_config, tiny_vlm,
+                                                                              preset):
+    """LLaMA-Factory's llava and gemma3 plugins have no video token: refused once, before any row is encoded (and
+    before torchvision, which would not help), naming the templates that read videos."""
+    config = make_config(dataset="mllm_video_demo", model_name_or_path=str(tiny_vlm(preset)), template=preset)
+    with pytest.raises(ConfigError, match=f"the dataset holds videos, but 'template: {preset}' \\(multimodal plugin "
+                                          f"'{preset}', as in LLaMA-Factory\\) reads images only; use a template whose "
+                                          "model reads videos \\(qwen2_vl, qwen3_vl, qwen3_vl_nothink\\), or leave the "
+                                          "videos out"):
+        build_dataset(config)
+
+
+def test_tuneline_validate_refuses_a_video_dataset_for_a_template_without_videos(media_data_dir, tiny_vlm, tmp_path,
+                                                                                 capsys, monkeypatch):
+    """Said before anything starts, from dataset_info.json alone: the build would decode every video first."""
+    from flows.cli import run
+
+    config = tmp_path / "video.yaml"
+    for template, code in (("llava", 2), ("gemma3", 2), ("qwen2_vl", None)):
+        config.write_text(f"model_name_or_path: {tiny_vlm('llava')}\ndataset: mllm_demo,mllm_video_demo\n"
+                          f"dataset_dir: {media_data_dir}\ntemplate: {template}\noutput_dir: {tmp_path / 'out'}\n")
+        done, err = run(["validate", str(config)]), capsys.readouterr().err
+        problem = "dataset 'mllm_video_demo' has a 'videos' column, but 'template: "
+        if code:
+            assert done == code and "Traceback" not in err
+            assert (f"{problem}{template}' reads no videos (LLaMA-Factory's plugin for it has no video token either); "
+                    "use a template whose model reads videos (qwen2_vl, qwen3_vl, qwen3_vl_nothink), or remove 'videos' "
+                    "from the entry's columns in dataset_info.json") in err, err
+            assert "'mllm_demo'" not in err, "an entry without videos is fine"
+        else:  # reads videos (where torchvision does not load, refused for that instead)
+            assert problem not in err and "PyAV" not in err
+    monkeypatch.setitem(sys.modules, "av", None)  # `import av` fails, as where PyAV is not installed
+    without_av = tmp_path / "video-without-av.yaml"  # a new file: checks are memoised per file content
+    without_av.write_text(config.read_text())
+    assert run(["validate", str(without_av)]) == 2
+    assert "reading videos needs PyAV, which is not installed: `pip install 'tuneline[video]'`" in capsys.readouterr().err
 
 
 def test_audio_and_hub_media_are_refused_with_what_to_do(media_data_dir, make_config):

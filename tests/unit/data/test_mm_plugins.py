@@ -3,14 +3,25 @@ pixel limits change that, the tensors a batch gets, and the rows and configs the
 
 from __future__ import annotations
 
+import math
+import re
+import shutil
 from types import SimpleNamespace
 
 import pytest
-from mm_fixtures import DEMO_IMAGES, load_parity_benchmark
+from mm_fixtures import DEMO_IMAGES, REPO, load_parity_benchmark
 from PIL import Image
 
+from tuneline.data.media import video_problem
 from tuneline.data.mm import MediaSettings, get_mm_plugin, vision_requirements_problem
-from tuneline.data.mm.pixels import image_size, limited_size, regularize_image, sample_indices
+from tuneline.data.mm.pixels import (
+    SampledVideo,
+    image_size,
+    limited_size,
+    regularize_image,
+    sample_indices,
+    sample_video,
+)
 from tuneline.data.mm.plugins import PLUGINS, frame_times
 from tuneline.data.mm.requirements import torchvision_works
 from tuneline.data.template_catalog import TEMPLATES
@@ -128,6 +139,80 @@ def test_qwen_videos_from_frames_expand_per_frame_pair(processors):
     # each pair stamped with the mean time of its frames (0 and 1, 2 and 2 at 2 fps)
     frame = "<|vision_start|>" + "<|video_pad|>" * 10 + "<|vision_end|>"
     assert qwen3 == f"<0.2 seconds>{frame}<1.0 seconds>{frame}"
+
+
+def test_a_stream_of_unknown_length_is_counted_by_the_frames_it_has(tmp_path, processors):
+    """A JPEG named .mp4 opens in PyAV as a video stream of one frame whose header gives no frame count: LLaMA-Factory
+    then samples the first `video_maxlen` frames. Only those that exist are counted, at build time as in the
+    collator, so the tokens written match the pixels made (counting all 128 would write 64 frame pairs)."""
+    clip = tmp_path / "still.mp4"
+    shutil.copy(IMAGE, clip)
+    header, decoded = sample_video(str(clip), MediaSettings(), decode=False), sample_video(str(clip), MediaSettings())
+    assert header.indices == decoded.indices == [0] and len(decoded.frames) == 1
+    assert header.duration == decoded.duration == 0.5  # no duration in the header: one frame at video_fps
+    assert video_problem(clip) is None  # PyAV reads it as a video, as LLaMA-Factory's does
+    text = get_mm_plugin("qwen2_vl").expand_messages(chat("<video>"), [], [str(clip)], processors["qwen2_vl"])
+    # one frame repeated to a pair; 300x168 as 5x10 28-pixel blocks (see the frames test above): 50 pads
+    assert text[0]["content"] == "<|vision_start|>" + "<|video_pad|>" * 50 + "<|vision_end|>"
+
+
+def test_qwen3_stamps_each_video_with_its_own_frames(processors):
+    """Each video gets its own frame pairs and times, wherever it sits: LLaMA-Factory 0.9.5 writes every video of a
+    row with the first one's pair count and times, and fails on a video after the first message (checked there)."""
+    clips = REPO / "tests" / "fixtures" / "llamafactory-mm" / "mllm_demo_data"
+    plugin, processor = get_mm_plugin("qwen3_vl"), processors["qwen3_vl"]
+    two = plugin.expand_messages(chat("<video><video>Which?"), [], [str(clips / "1.mp4"), str(clips / "3.mp4")],
+                                 processor)[0]["content"]
+    stamps = re.findall(r"<([0-9.]+) seconds>", two)
+    # 1.mp4: 19 frames sampled over 9.7 s, the last repeated -> 10 pairs; 3.mp4: 12 over 6.1 s -> 6, timed from 0
+    assert len(stamps) == 16 and (stamps[0], stamps[9], stamps[10], stamps[15]) == ("0.3", "9.7", "0.3", "5.8")
+    later = plugin.expand_messages(chat("Hi.", "Hello.", "<video>And now?"), [], [str(clips / "3.mp4")], processor)
+    assert later[2]["content"].startswith("<0.3 seconds><|vision_start|>") and later[2]["content"].count("seconds>") == 6
+
+
+QWEN3_VIDEO = {"size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 32 * 32 * 768}, "patch_size": 16,
+               "merge_size": 2, "temporal_patch_size": 2, "max_video_tokens": 768}  # Qwen3VLVideoProcessor's defaults
+
+
+def test_qwen3_video_token_count_equals_transformers_own_count_with_and_without_the_frame_cap():
+    """transformers counts a Qwen3-VL video's patches in a method free of torchvision (`get_num_of_video_patches`,
+    called here on the settings alone), in step with its resize; the plugin's grid equals it, also with the per-frame
+    cap (`cap_pixels_per_frame`, transformers 5.2x), which LLaMA-Factory 0.9.5 does not read."""
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    plugin, counts = get_mm_plugin("qwen3_vl"), {}
+    for cap in (None, True):
+        config = SimpleNamespace(**QWEN3_VIDEO, cap_pixels_per_frame=cap)
+        processor = SimpleNamespace(video_processor=config, image_processor=config)
+        for (width, height), frames, settings in (((640, 360), 19, MediaSettings()),
+                                                  ((640, 360), 128, MediaSettings(video_max_pixels=1280 * 720)),
+                                                  ((1920, 1080), 2, MediaSettings(video_max_pixels=1920 * 1080)),
+                                                  ((90, 1600), 6, MediaSettings(video_min_pixels=256 * 256))):
+            video = SampledVideo([], list(range(frames)), (width, height), None, frames / 2.0)
+            grid = plugin.video_grid(video, processor, settings)
+            frame_width, frame_height = limited_size(width, height, settings.video_max_pixels,
+                                                     settings.video_min_pixels, qwen=True)
+            expected = Qwen3VLVideoProcessor.get_num_of_video_patches(config, frames + frames % 2, frame_height,
+                                                                      frame_width)
+            assert math.prod(grid) == expected, (cap, width, height, frames)
+            counts.setdefault((width, frames), []).append(expected)
+    assert any(uncapped != capped for uncapped, capped in counts.values()), "the cap changes some count"
+
+
+def test_qwen2_video_frames_follow_the_per_frame_cap_where_the_processor_sets_it():
+    """Qwen2-VL's video processor module needs torchvision to import, so its resize rule is worked by hand: 20
+    frames of 640x360 (kept under 1280x720 pixels), 28-pixel blocks. Uncapped, each frame stays within 602,112
+    pixels: 13 x 23 blocks (26 x 46 patches). Capped at 768 tokens, a frame's top is max(min(602112, int(768 x 784
+    x 0.9) x 2 // 20), int(100352 x 1.05)) = 105,369 pixels: 8 x 15 blocks (16 x 30 patches)."""
+    plugin, settings = get_mm_plugin("qwen2_vl"), MediaSettings(video_max_pixels=1280 * 720)
+    video = SampledVideo([], list(range(20)), (640, 360), None, 10.0)
+    grids = []
+    for cap in (None, True):
+        config = SimpleNamespace(size={"shortest_edge": 128 * 28 * 28, "longest_edge": 28 * 28 * 768}, patch_size=14,
+                                 merge_size=2, temporal_patch_size=2, max_video_tokens=768, cap_pixels_per_frame=cap)
+        grids.append(plugin.video_grid(video, SimpleNamespace(video_processor=config, image_processor=config),
+                                       settings))
+    assert grids == [(10, 26, 46), (10, 16, 30)]
 
 
 def test_frame_times_average_each_temporal_patch():

@@ -162,7 +162,9 @@ def sample_indices(total_frames: int, duration: float, fps: float, maxlen: int) 
 
 
 def sample_video(video: Any, settings: MediaSettings, decode: bool = True) -> SampledVideo:
-    """A video file read with PyAV (frames decoded only when `decode`), or a list of frames taken as sampled."""
+    """A video file read with PyAV, or a list of frames taken as sampled. Frames are decoded when `decode`, or when
+    the header gives no frame count: LLaMA-Factory then samples the first `video_maxlen` frames, and only decoding
+    tells how many of those exist, which the token count must know as the collator's pixels will."""
     if isinstance(video, (list, tuple)):
         first = open_image(video[0])
         return SampledVideo(list(video), list(range(len(video))), first.size, None, len(video) / settings.video_fps)
@@ -170,14 +172,36 @@ def sample_video(video: Any, settings: MediaSettings, decode: bool = True) -> Sa
 
     with av.open(str(video) if isinstance(video, Path) else video, "r") as container:
         stream = next(s for s in container.streams if s.type == "video")
-        duration = None if stream.duration is None else float(stream.duration * stream.time_base)
+        fps = float(stream.average_rate) if stream.average_rate else None
+        duration = _duration(stream, fps)
         indices = sample_indices(stream.frames, duration or 0.0, settings.video_fps, settings.video_maxlen)
         frames = []
-        if decode:
-            wanted = set(indices)
-            container.seek(0)
-            frames = [frame.to_image() for i, frame in enumerate(container.decode(stream)) if i in wanted]
-        fps = float(stream.average_rate) if stream.average_rate else None
+        if decode or not stream.frames:
+            indices, frames = _decode_frames(container, stream, indices, decode)
     if duration is None:
         duration = len(indices) / settings.video_fps
     return SampledVideo(frames, indices, (stream.width, stream.height), fps, duration)
+
+
+def _duration(stream, fps: float | None) -> float | None:
+    """Seconds of a stream: its header's duration; without one (LLaMA-Factory fails there), its frame count at its
+    average rate; None for a stream of unknown length."""
+    if stream.duration is not None:
+        return float(stream.duration * stream.time_base)
+    return stream.frames / fps if stream.frames and fps else None
+
+
+def _decode_frames(container, stream, indices: list[int], keep_images: bool) -> tuple[list[int], list]:
+    """The indices among `indices` that the stream has, and their images (when `keep_images`); decoding stops
+    after the last one."""
+    wanted, last = set(indices), indices[-1]
+    found, images = [], []
+    container.seek(0)
+    for index, frame in enumerate(container.decode(stream)):
+        if index in wanted:
+            found.append(index)
+            if keep_images:
+                images.append(frame.to_image())
+        if index >= last:
+            break
+    return found, images

@@ -192,9 +192,14 @@ class Qwen2VLPlugin(MMPlugin):
         return math.ceil(frames / config.temporal_patch_size), height // config.patch_size, width // config.patch_size
 
     def resize_frames(self, frames: int, height: int, width: int, config: Any) -> tuple[int, int]:
-        """Each frame on its own within the video processor's pixel range."""
-        return qwen_frame_size(height, width, config.patch_size * config.merge_size, config.size["shortest_edge"],
-                               config.size["longest_edge"])
+        """Each frame on its own within the video processor's pixel range; with `cap_pixels_per_frame` (a video
+        processor setting of transformers 5.2x, which LLaMA-Factory 0.9.5 does not read) the range's top is also
+        bounded by each frame's share of `max_video_tokens`, as the processor's resize bounds it."""
+        factor, shortest, longest = config.patch_size * config.merge_size, *_pixel_range(config)
+        if getattr(config, "cap_pixels_per_frame", None):
+            clip = int(config.max_video_tokens * factor * factor * 0.9)
+            longest = max(min(longest, clip * config.temporal_patch_size // frames), int(shortest * 1.05))
+        return qwen_frame_size(height, width, factor, shortest, longest)
 
     def video_inputs(self, videos: list, processor: Any, settings: MediaSettings) -> dict[str, Any]:
         sampled = [sample_video(video, settings) for video in videos]
@@ -202,7 +207,7 @@ class Qwen2VLPlugin(MMPlugin):
                                                 return_tensors="pt"))
         if "second_per_grid_ts" in processor.model_input_names:  # Qwen2.5-VL's absolute time positions
             temporal = getattr(processor.image_processor, "temporal_patch_size", 2)
-            inputs["second_per_grid_ts"] = [temporal / _sampled_fps(v, settings) for v in sampled]
+            inputs["second_per_grid_ts"] = [temporal / sampled_fps(v, settings) for v in sampled]
         return inputs
 
     def video_frames(self, video: SampledVideo, settings: MediaSettings) -> list:
@@ -221,7 +226,7 @@ class Qwen3VLPlugin(Qwen2VLPlugin):
         for video in videos:
             sampled = sample_video(video, settings, decode=False)
             frames, height, width = self.video_grid(sampled, processor, settings)
-            times = frame_times(_frame_positions(sampled, settings), settings.video_fps, merge_size)
+            times = frame_times(frame_positions(sampled, settings), settings.video_fps, merge_size)
             pads = VISION_BOS + self.video_token * (height * width // merge_size ** 2) + VISION_EOS
             texts.append("".join(f"<{times[i]:.1f} seconds>{pads}" for i in range(frames)))
         return texts
@@ -230,19 +235,22 @@ class Qwen3VLPlugin(Qwen2VLPlugin):
         """Qwen3-VL bounds the pixels of the whole clip (frames rounded to temporal patches), not of one frame."""
         if frames < config.temporal_patch_size:
             raise DataError(f"a video needs at least {config.temporal_patch_size} frames for Qwen3-VL; one has {frames}")
-        return qwen_frame_size(height, width, config.patch_size * config.merge_size, config.size["shortest_edge"],
-                               config.size["longest_edge"], frames, config.temporal_patch_size)
+        factor, shortest, longest = config.patch_size * config.merge_size, *_pixel_range(config)
+        if getattr(config, "cap_pixels_per_frame", None):  # transformers 5.2x: each frame at most its token share
+            per_frame = max(min(config.max_video_tokens * factor * factor, longest // frames), int(shortest * 1.05))
+            longest = per_frame * frames
+        return qwen_frame_size(height, width, factor, shortest, longest, frames, config.temporal_patch_size)
 
     def video_inputs(self, videos: list, processor: Any, settings: MediaSettings) -> dict[str, Any]:
         sampled = [sample_video(video, settings) for video in videos]
         frames = [self.video_frames(v, settings) for v in sampled]
         metadata = [{"fps": settings.video_fps, "duration": v.duration, "total_num_frames": len(f),
-                     "frames_indices": _frame_positions(v, settings)} for v, f in zip(sampled, frames, strict=True)]
+                     "frames_indices": frame_positions(v, settings)} for v, f in zip(sampled, frames, strict=True)]
         inputs = dict(processor.video_processor(videos=frames, video_metadata=metadata, fps=settings.video_fps,
                                                 return_metadata=True, do_sample_frames=False))
         if "second_per_grid_ts" in processor.model_input_names:
             temporal = getattr(processor.image_processor, "temporal_patch_size", 2)
-            inputs["second_per_grid_ts"] = [temporal / _sampled_fps(v, settings) for v in sampled]
+            inputs["second_per_grid_ts"] = [temporal / sampled_fps(v, settings) for v in sampled]
         return inputs
 
 
@@ -254,17 +262,21 @@ def frame_times(positions: list[float], fps: float, merge_size: int) -> list[flo
     return [(seconds[i] + seconds[i + merge_size - 1]) / 2 for i in range(0, len(seconds), merge_size)]
 
 
-def _frame_positions(video: SampledVideo, settings: MediaSettings) -> list[float]:
+def frame_positions(video: SampledVideo, settings: MediaSettings) -> list[float]:
     """Frame positions in units of sampled frames at `video_fps`, as Qwen3-VL's timestamps read them."""
     if video.average_fps is None:
         return [float(i) for i in video.indices]
     return [index / video.average_fps * settings.video_fps for index in video.indices]
 
 
-def _sampled_fps(video: SampledVideo, settings: MediaSettings) -> float:
+def sampled_fps(video: SampledVideo, settings: MediaSettings) -> float:
     if video.average_fps is None:
         return settings.video_fps
     return len(video.indices) / video.duration
+
+
+def _pixel_range(config: Any) -> tuple[int, int]:
+    return config.size["shortest_edge"], config.size["longest_edge"]
 
 
 def _video_config(processor: Any) -> Any:

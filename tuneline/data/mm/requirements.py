@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 from functools import lru_cache
 
+from tuneline.data.media import pyav_problem
+
 NEEDS_TORCHVISION = ("qwen2_vl", "qwen3_vl")  # their processors hold a video processor even for image-only data
 
 
@@ -23,6 +25,8 @@ def torchvision_works() -> bool:
 
 def vision_requirements_problem(plugin_name: str | None, has_videos: bool) -> str | None:
     """Why this plugin (and videos, if the data has any) cannot run here, or None."""
+    if has_videos and (problem := pyav_problem()):
+        return problem
     if plugin_name not in NEEDS_TORCHVISION and not has_videos:
         return None
     if torchvision_works():

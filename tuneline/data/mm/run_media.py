@@ -64,6 +64,11 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
         raise ConfigError(f"the dataset holds images or videos, but 'template: {template.name}' reads text only; "
                           "use the model's vision-language template (gemma3, llava, qwen2_vl, qwen3_vl, "
                           "qwen3_vl_nothink)")
+    plugin = get_mm_plugin(template.mm_plugin)
+    if has_videos and plugin.video_token is None:
+        raise ConfigError(f"the dataset holds videos, but 'template: {template.name}' (multimodal plugin "
+                          f"'{plugin.name}', as in LLaMA-Factory) reads images only; use a template whose model reads "
+                          f"videos ({', '.join(video_templates())}), or leave the videos out")
     if config.effective_packing:
         raise ConfigError("'packing' joins rows, which rows with images cannot be; set 'packing: false'")
     if problem := vision_requirements_problem(template.mm_plugin, has_videos):
@@ -72,7 +77,15 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
     if processor is None:
         raise ConfigError(f"the dataset holds images or videos, but 'model_name_or_path' "
                           f"({config.model.model_name_or_path}) is a text-only model; use a vision-language model")
-    return RunMedia(get_mm_plugin(template.mm_plugin), processor, media_settings(config))
+    return RunMedia(plugin, processor, media_settings(config))
+
+
+def video_templates() -> list[str]:
+    """The templates whose plugin reads videos."""
+    from tuneline.data.template_catalog import TEMPLATES
+
+    return sorted(name for name, template in TEMPLATES.items()
+                  if template.mm_plugin and get_mm_plugin(template.mm_plugin).video_token)
 
 
 def dataset_media(config, tokenizer, splits) -> RunMedia | None:
