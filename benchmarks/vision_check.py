@@ -5,7 +5,8 @@ For each tiny preset (`tuneline tiny-model --preset NAME`): the processor loads 
 (Qwen-VL's needs torchvision), tuneline's plugin expands LLaMA-Factory's mllm_demo rows and is compared with the
 processor's own expansion of the same text and images (the count of image tokens per image), then the collator's
 pixels go through the model for --steps AdamW steps on the same batch (loss first and last). Needs torch,
-transformers, tokenizers and PIL beside tuneline's own modules (no Prefect, MLflow or datasets). Figures only.
+transformers, tokenizers and PIL beside tuneline's own modules (no Prefect, MLflow or datasets), and PyAV for the Qwen
+families' video case (mllm_video_demo: the pads counted at build time against the video processor's grid). Figures only.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tuneline from this checkout, installed or not
 DATA = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data"
+VIDEO_DATA = REPO / "tests" / "fixtures" / "llamafactory-mm"  # mllm_video_demo.json and its three videos
 
 
 def demo_rows(count: int) -> list[dict]:
@@ -71,7 +73,46 @@ def check(preset: str, device: str, steps: int, work: Path) -> dict:
         losses.append(loss.item())
     return {"preset": preset, "rows": len(rows), "image_tokens_agree": agree,
             "pixel_values": list(batch["pixel_values"].shape), "loss_first": losses[0], "loss_last": losses[-1],
-            **dpo_check(rows, media, template, model, device, steps)}
+            **dpo_check(rows, media, template, model, device, steps),
+            **video_check(media, template, model, device, steps)}
+
+
+def video_check(media, template, model, device: str, steps: int) -> dict:
+    """sft on mllm_video_demo's three videos (Qwen-VL only; needs PyAV): the video pads our plugin counts when the
+    dataset builds, from the frame count and sizes alone, against the grid the video processor makes of the frames
+    the collator decodes, and --steps AdamW steps on that batch."""
+    import importlib.util
+
+    import torch
+
+    from tuneline.data.collators import build_collator
+    from tuneline.data.processors import Encoder
+
+    if media.plugin.video_token is None:
+        return {}
+    if importlib.util.find_spec("av") is None:
+        return {"video": "skipped: PyAV is not installed (pip install 'tuneline[video]')"}
+    tokenizer = media.processor.tokenizer
+    rows = json.loads((VIDEO_DATA / "mllm_video_demo.json").read_text())
+    batch = {"_prompt": [row["messages"][:1] for row in rows], "_response": [row["messages"][1:2] for row in rows],
+             "_system": [None] * len(rows), "_tools": [None] * len(rows), "_images": [[] for _ in rows],
+             "_videos": [[str(VIDEO_DATA / video) for video in row["videos"]] for row in rows]}
+    encoded = Encoder(tokenizer, template, "sft", 8192, media=media)(batch)
+    features = [{key: values[i] for key, values in encoded.items()} for i in range(len(rows))]
+    inputs = _on_device(build_collator("sft", tokenizer, media=media)(features), device)
+    pads = int((inputs["input_ids"] == tokenizer.convert_tokens_to_ids(media.plugin.video_token)).sum())
+    merge = getattr(media.processor.video_processor, "merge_size", 2) ** 2
+    grid = int(inputs["video_grid_thw"].prod(-1).sum()) // merge
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        loss = model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return {"video": f"{len(rows)} videos, pads {pads} = grid {grid}: {pads == grid}, pixel_values_videos "
+                     f"{list(inputs['pixel_values_videos'].shape)}, loss {losses[0]:.3f} -> {losses[-1]:.3f}"}
 
 
 def dpo_check(rows: list[dict], media, template, model, device: str, steps: int) -> dict:
@@ -147,14 +188,14 @@ def main() -> None:
                 results.append({"preset": preset, "failed": f"{type(exc).__name__}: {str(exc)[:300]}"})
             print(json.dumps(results[-1]), flush=True)
     print("\n| preset | rows | image tokens = processor's | pixel_values | loss first -> last | dpo pair pixel_values "
-          "| dpo loss first -> last |\n|---|---|---|---|---|---|---|")
+          "| dpo loss first -> last | videos |\n|---|---|---|---|---|---|---|---|")
     for r in results:
         if "failed" in r:
-            print(f"| {r['preset']} | failed: {r['failed']} | | | | | |")
+            print(f"| {r['preset']} | failed: {r['failed']} | | | | | | |")
         else:
             print(f"| {r['preset']} | {r['rows']} | {r['image_tokens_agree']}/{r['rows']} | {r['pixel_values']} | "
                   f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} | {r['dpo_pixel_values']} | "
-                  f"{r['dpo_loss_first']:.3f} -> {r['dpo_loss_last']:.3f} |")
+                  f"{r['dpo_loss_first']:.3f} -> {r['dpo_loss_last']:.3f} | {r.get('video', '-')} |")
 
 
 if __name__ == "__main__":
