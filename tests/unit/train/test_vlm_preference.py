@@ -5,17 +5,12 @@ scored with their images; rm on the same pairs, scored by the family's sequence 
 from __future__ import annotations
 
 import pytest
-from test_vlm_training import FirstBatch
-from train_helpers import REPO_ROOT, make_config
-
-MM_DATA = REPO_ROOT / "tests" / "fixtures" / "llamafactory-mm"
+from train_helpers import MM_DATA, FirstBatch, make_config, vlm_config
 
 
 def pref_config(tiny_vlm, tmp_path, preset: str, **keys):
-    values = dict(stage="dpo", dataset="rlhf_v", dataset_dir=str(MM_DATA), template=preset, finetuning_type="lora",
-                  lora_target="all", per_device_train_batch_size=2, max_steps=2, save_steps=1, val_size=1,
-                  pref_beta=0.1)
-    return make_config(tiny_vlm(preset), tmp_path / "out", **{**values, **keys})
+    return vlm_config(tiny_vlm, tmp_path, preset, **{"stage": "dpo", "dataset": "rlhf_v", "dataset_dir": str(MM_DATA),
+                                                     "val_size": 1, "pref_beta": 0.1, **keys})
 
 
 def image_token_id(config, preset: str) -> int:

@@ -4,34 +4,14 @@ trained through the training child's own path, the processor saved, the held-out
 from __future__ import annotations
 
 import pytest
-from train_helpers import make_config
+from train_helpers import MLLM_DATA, FirstBatch, vlm_config
 
 from tuneline.errors import ConfigError
 
-MLLM_DATA = "tests/fixtures/llamafactory/0.9.5/data"
 
-
-def vlm_config(tiny_vlm, tmp_path, preset: str, **keys):
-    from train_helpers import REPO_ROOT
-
-    values = dict(dataset="mllm_demo", dataset_dir=str(REPO_ROOT / MLLM_DATA), template=preset, finetuning_type="lora",
-                  lora_target="all", per_device_train_batch_size=2, max_steps=2, save_steps=1, val_size=2)
-    return make_config(tiny_vlm(preset), tmp_path / "out", **{**values, **keys})
-
-
-class FirstBatch:
-    """Keeps the first training batch, as the trainer's own DataLoader made it."""
-
-    def __new__(cls):
-        from transformers import TrainerCallback
-
-        class Keeper(TrainerCallback):
-            batch = None
-
-            def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
-                Keeper.batch = next(iter(train_dataloader))
-
-        return Keeper()
+def sft_config(tiny_vlm, tmp_path, preset: str, **keys):
+    return vlm_config(tiny_vlm, tmp_path, preset, **{"dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
+                                                     "val_size": 2, **keys})
 
 
 @pytest.mark.slow
@@ -42,7 +22,7 @@ def test_sft_trains_on_the_images_and_saves_the_processor(tiny_vlm, tmp_path, pr
     from tuneline.model.processor import load_processor
     from tuneline.train.sft import run
 
-    config = vlm_config(tiny_vlm, tmp_path, preset)
+    config = sft_config(tiny_vlm, tmp_path, preset)
     ref = build_dataset(config)
     train = load_processed(ref)["train"]
     processor = load_processor(config)
@@ -73,7 +53,7 @@ def test_sft_trains_on_the_images_and_saves_the_processor(tiny_vlm, tmp_path, pr
 
     from tuneline.export import export_model
 
-    exported = vlm_config(tiny_vlm, tmp_path / "export", preset, adapter_name_or_path=str(out),
+    exported = sft_config(tiny_vlm, tmp_path / "export", preset, adapter_name_or_path=str(out),
                           export_dir=str(tmp_path / "merged"))
     merged = export_model(exported)
     assert AutoProcessor.from_pretrained(merged).image_processor is not None  # `tuneline export` keeps the processor
@@ -88,7 +68,7 @@ def test_the_images_change_what_the_model_computes(tiny_vlm, tmp_path):
     from tuneline.data.mm.run_media import dataset_media
     from tuneline.model import load_model, load_tokenizer
 
-    config = vlm_config(tiny_vlm, tmp_path, "gemma3")
+    config = sft_config(tiny_vlm, tmp_path, "gemma3")
     train = load_processed(build_dataset(config))["train"]
     tokenizer = load_tokenizer(config.model)
     collator = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))
@@ -104,12 +84,12 @@ def test_image_rows_need_a_vision_template_and_model(tiny_vlm, tiny_model_dir, t
     from tuneline.data import build_dataset
 
     with pytest.raises(ConfigError, match="'template: chatml' reads text only"):
-        build_dataset(vlm_config(tiny_vlm, tmp_path, "gemma3", template="chatml"))
-    text_model = vlm_config(tiny_vlm, tmp_path, "gemma3", model_name_or_path=str(tiny_model_dir))
+        build_dataset(sft_config(tiny_vlm, tmp_path, "gemma3", template="chatml"))
+    text_model = sft_config(tiny_vlm, tmp_path, "gemma3", model_name_or_path=str(tiny_model_dir))
     with pytest.raises(ConfigError, match="text-only model"):
         build_dataset(text_model)
     with pytest.raises(ConfigError, match="'stage: pt' does not train on"):
-        build_dataset(vlm_config(tiny_vlm, tmp_path, "gemma3", stage="pt"))
+        build_dataset(sft_config(tiny_vlm, tmp_path, "gemma3", stage="pt"))
 
 
 def test_pan_and_scan_trains_gemma3_on_each_image_and_its_crops(tiny_vlm, tmp_path):
@@ -119,7 +99,7 @@ def test_pan_and_scan_trains_gemma3_on_each_image_and_its_crops(tiny_vlm, tmp_pa
     from tuneline.model.processor import load_processor
     from tuneline.train.sft import run
 
-    config = vlm_config(tiny_vlm, tmp_path, "gemma3", image_do_pan_and_scan=True, image_min_pixels=400 * 400,
+    config = sft_config(tiny_vlm, tmp_path, "gemma3", image_do_pan_and_scan=True, image_min_pixels=400 * 400,
                         per_device_train_batch_size=4, save_steps=2)
     ref = build_dataset(config)
     assert load_processed(ref)["train"].num_rows == 4

@@ -136,3 +136,31 @@ def train_step(config, dataset: dict, reference: dict | None, key: str, mlflow_r
     if launch.command:
         run_streaming(launch.command, launch.env, launch.forward)
     return launch.result()
+
+
+# LLaMA-Factory's image demo data: mllm_demo (sft) as 0.9.5 ships it, and the rlhf_v pairs beside the media copy
+MLLM_DATA = REPO_ROOT / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data"
+MM_DATA = REPO_ROOT / "tests" / "fixtures" / "llamafactory-mm"
+VLM_KEYS = {"finetuning_type": "lora", "lora_target": "all", "per_device_train_batch_size": 2, "max_steps": 2,
+            "save_steps": 1}
+
+
+def vlm_config(tiny_vlm, tmp_path: Path, preset: str, **keys):
+    """A LoRA run of a few steps on a tiny vision-language preset, with its own template, into tmp_path/out."""
+    return make_config(tiny_vlm(preset), tmp_path / "out", **{**VLM_KEYS, "template": preset, **keys})
+
+
+class FirstBatch:
+    """Keeps the first training batch, as the trainer's own DataLoader made it."""
+
+    def __new__(cls):
+        from transformers import TrainerCallback
+
+        class Keeper(TrainerCallback):
+            batch = None
+
+            def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+                Keeper.batch = next(iter(train_dataloader))
+
+        return Keeper()
+
