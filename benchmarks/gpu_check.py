@@ -4,7 +4,8 @@
 For a CUDA machine. Builds a Llama of about half a billion parameters offline (`tuneline tiny-model --preset half-b`:
 random weights, the tiny tokenizer), then trains it through `tuneline train` (one subprocess per case, the command a
 user runs): bf16 sft LoRA and full, full sft under DeepSpeed ZeRO-2 and ZeRO-3, dpo LoRA with the reference
-log-probs precomputed, and QLoRA 4-bit when bitsandbytes imports. Each case runs `--steps` steps; its figures come
+log-probs precomputed, QLoRA 4-bit when bitsandbytes imports, and where torchvision and PyAV load, a tiny Qwen3-VL
+on LLaMA-Factory's image and video demo (sft) and its rlhf_v image pairs (dpo). Each case runs `--steps` steps; its figures come
 from the run's trainer_log.jsonl: non-padding tokens/s between the first and the last logged step (the steps
 before the first log line are warm-up), peak GPU memory (`peak_gpu_memory_mb`: torch.cuda.max_memory_allocated of
 the training process), the final loss, and the whole command's wall time.
@@ -55,6 +56,15 @@ CASES = {  # name -> keys on top of the shared ones
     "dpo-lora": {"stage": "dpo", "dataset": "demo_pref", "pref_beta": 0.1, "precompute_ref": True, **LORA},
     "sft-qlora": {"stage": "sft", "dataset": "gpu_sft", "packing": True, "quantization_bit": 4, **LORA},
 }
+# Qwen3-VL end to end through `tuneline train` (tiny preset; LLaMA-Factory's image and video demo, its rlhf_v pairs):
+# where torchvision and PyAV load, the command a user runs, images and videos mixed. No MFU: the model is tiny.
+VLM_DATA = REPO / "tests" / "fixtures" / "llamafactory-mm"
+VLM = {"vlm_preset": "qwen3_vl", "template": "qwen3_vl_nothink", "dataset_dir": str(VLM_DATA), "cutoff_len": 4096,
+       "per_device_train_batch_size": 2, **LORA}
+CASES.update({
+    "sft-qwen3vl": {"stage": "sft", "dataset": "mllm_demo,mllm_video_demo", **VLM},
+    "dpo-qwen3vl": {"stage": "dpo", "dataset": "rlhf_v", "pref_beta": 0.1, **VLM},
+})
 TUNELINE_ONLY = ("pipeline_cache_dir", "mlflow_tracking_uri", "mlflow_experiment", "precompute_ref")
 
 
@@ -66,13 +76,16 @@ def peak_tflops(device_name: str, given: float | None) -> float | None:
 
 
 def flops_per_token(linear_weights: int, case: dict) -> int:
-    """6N for full tuning, 4N where the base weights are frozen (see the module docstring)."""
+    """6N for full tuning, 4N where the base weights are frozen (see the module docstring); 0 (no MFU) for the
+    vision-language cases, whose model is not the one counted."""
+    if "vlm_preset" in case:
+        return 0
     return (6 if case.get("finetuning_type") == "full" else 4) * linear_weights
 
 
 def mfu(tokens_per_s: float | None, per_token: int, peak: float | None) -> float | None:
     """Model FLOPs utilisation as a fraction of `peak` TFLOPS; None when either is unknown."""
-    if not tokens_per_s or not peak:
+    if not tokens_per_s or not peak or not per_token:
         return None
     return per_token * tokens_per_s / (peak * 1e12)
 
@@ -88,7 +101,11 @@ def linear_weights(model_dir: Path) -> int:
 
 
 def skip_reason(name: str, device: str) -> str | None:
+    from tuneline.data.mm.requirements import vision_requirements_problem
+
     case = CASES[name]
+    if "vlm_preset" in case and (problem := vision_requirements_problem("qwen3_vl", has_videos=True)):
+        return problem
     if case.get("quantization_bit") and device != "cuda":
         return "QLoRA needs CUDA"
     if case.get("quantization_bit") and importlib.util.find_spec("bitsandbytes") is None:
@@ -108,6 +125,8 @@ def case_config(work: Path, name: str, steps: int, device: str, system: str = "t
               "output_dir": str(work / "out" / system / name), "pipeline_cache_dir": str(work / "cache"),
               "mlflow_tracking_uri": f"sqlite:///{work / 'mlflow.db'}", "mlflow_experiment": "gpu-check",
               **CASES[name]}
+    if preset := values.pop("vlm_preset", None):
+        values["model_name_or_path"] = str(work / "vlm" / preset)
     if device == "cpu":
         values.update(use_cpu=True, dataloader_num_workers=0)
     if system == "llamafactory":
@@ -238,6 +257,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.tiny_vlm import build_tiny_vlm
 
     args = parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="tuneline-gpu-check-")).resolve()
@@ -262,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     peak = peak_tflops(gpu, args.peak_tflops)
     if not (work / "model" / "config.json").is_file():
         build_tiny_model(work / "model", **TINY_PRESETS[args.preset])
+    for preset in {CASES[name].get("vlm_preset") for name, _, _ in runs} - {None}:
+        if not (work / "vlm" / preset / "config.json").is_file():
+            build_tiny_vlm(work / "vlm" / preset, preset)
     prepare_data(work)
     weights = linear_weights(work / "model")
     rows = [{"case": name, "system": "tuneline", "skipped": reason} for name, reason in skipped.items()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,14 @@ def test_dry_run_writes_a_valid_config_per_case_and_says_what_it_skips(gpu_check
                            "--llamafactory"]) == 0
     printed = capsys.readouterr().out
     assert "sft-qlora: skipped, QLoRA needs CUDA" in printed and "LLaMA-Factory: skipped" in printed
+    vision = {name for name, case in gpu_check.CASES.items() if "vlm_preset" in case}
+    assert vision == {"sft-qwen3vl", "dpo-qwen3vl"}
+    for name in vision:  # no torchvision here (or PyAV): the Qwen3-VL cases are skipped, saying which
+        assert re.search(f"{name}: skipped, .*(torchvision|PyAV)", printed)
+        config = load_config(None, gpu_check.case_config(tmp_path / "w", name, 2, "cuda"), check_paths=False)
+        assert config.model.model_name_or_path.endswith("vlm/qwen3_vl") and config.data.template == "qwen3_vl_nothink"
     written = sorted((tmp_path / "w" / "configs" / "tuneline").glob("*.yaml"))
-    assert sorted(p.stem for p in written) == sorted(set(gpu_check.CASES) - {"sft-qlora"})
+    assert sorted(p.stem for p in written) == sorted(set(gpu_check.CASES) - {"sft-qlora"} - vision)
     for path in written:
         config = load_config(path, check_paths=False)
         assert config.training["max_steps"] == 2 and config.data.cutoff_len == 1024, path
@@ -68,6 +75,7 @@ def test_mfu_is_6n_for_full_and_4n_for_frozen_bases_over_the_peak(gpu_check):
     n = 500_000_000
     assert gpu_check.flops_per_token(n, gpu_check.CASES["sft-full-zero3"]) == 6 * n
     assert gpu_check.flops_per_token(n, gpu_check.CASES["dpo-lora"]) == 4 * n
+    assert gpu_check.mfu(1000.0, gpu_check.flops_per_token(n, gpu_check.CASES["sft-qwen3vl"]), 989.0) is None
     # 10,000 tokens/s x 6 x 0.5e9 = 3e13 FLOP/s, against 989 TFLOPS
     assert gpu_check.mfu(10_000, 6 * n, 989.0) == pytest.approx(3e13 / 989e12)
     assert gpu_check.mfu(10_000, 6 * n, None) is None and gpu_check.mfu(None, 6 * n, 989.0) is None
