@@ -73,7 +73,7 @@ def check(preset: str, device: str, steps: int, work: Path) -> dict:
         losses.append(loss.item())
     return {"preset": preset, "rows": len(rows), "image_tokens_agree": agree,
             "pixel_values": list(batch["pixel_values"].shape), "loss_first": losses[0], "loss_last": losses[-1],
-            **dpo_check(rows, media, template, model, device, steps),
+            **dpo_check(rows, media, template, model, device, steps), **rm_check(rows, media, template, folder, device, steps),
             **video_check(media, template, model, device, steps)}
 
 
@@ -122,18 +122,10 @@ def dpo_check(rows: list[dict], media, template, model, device: str, steps: int)
     import torch
 
     from tuneline.data.collators import build_collator
-    from tuneline.data.processors import Encoder
     from tuneline.logps import MEDIA_INPUTS, pair_logps
 
     tokenizer = media.processor.tokenizer
-    first_turns = [row["messages"][:2] for row in rows]
-    batch = {"_prompt": [turns[:1] for turns in first_turns],
-             "_response": [[turns[1], first_turns[(i + 1) % len(rows)][1]] for i, turns in enumerate(first_turns)],
-             "_system": [None] * len(rows), "_tools": [None] * len(rows),
-             "_images": [row["images"][:turns[0]["content"].count("<image>")] for row, turns in zip(rows, first_turns, strict=True)],
-             "_videos": [[] for _ in rows]}
-    encoded = Encoder(tokenizer, template, "dpo", 4096, media=media)(batch)
-    features = [{key: values[i] for key, values in encoded.items()} for i in range(len(rows))]
+    features = pair_features(rows, media, template, "dpo")
     pairs = _on_device(build_collator("dpo", tokenizer, media=media)(features), device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
@@ -146,6 +138,53 @@ def dpo_check(rows: list[dict], media, template, model, device: str, steps: int)
         losses.append(loss.item())
     return {"dpo_pixel_values": list(pairs[MEDIA_INPUTS]["pixel_values"].shape), "dpo_loss_first": losses[0],
             "dpo_loss_last": losses[-1]}
+
+
+def pair_features(rows: list[dict], media, template, stage: str) -> list[dict]:
+    """Image pairs from mllm_demo: each row's first question, its answer chosen, the next row's answer rejected."""
+    from tuneline.data.processors import Encoder
+
+    first_turns = [row["messages"][:2] for row in rows]
+    batch = {"_prompt": [turns[:1] for turns in first_turns],
+             "_response": [[turns[1], first_turns[(i + 1) % len(rows)][1]] for i, turns in enumerate(first_turns)],
+             "_system": [None] * len(rows), "_tools": [None] * len(rows),
+             "_images": [row["images"][:turns[0]["content"].count("<image>")] for row, turns in zip(rows, first_turns, strict=True)],
+             "_videos": [[] for _ in rows]}
+    encoded = Encoder(media.processor.tokenizer, template, stage, 4096, media=media)(batch)
+    return [{key: values[i] for key, values in encoded.items()} for i in range(len(rows))]
+
+
+def rm_check(rows: list[dict], media, template, folder: Path, device: str, steps: int) -> dict:
+    """rm on the same image pairs: the family's one-label sequence classifier (tuneline.model.vision_scorer), scored
+    over [chosen; rejected] with both halves' pixels, trained on the pairwise loss; the loss first and last."""
+    import torch
+
+    from tuneline.data.collators import build_collator
+    from tuneline.logps import MEDIA_INPUTS
+    from tuneline.model.processor import load_model_config
+    from tuneline.model.vision_scorer import scorer_class, scorer_config
+    from tuneline.train.rm import pair_scores, pairwise_loss
+
+    tokenizer = media.processor.tokenizer
+    model_config = scorer_config(load_model_config(_model_args(folder)), tokenizer.pad_token_id)
+    model = scorer_class(model_config).from_pretrained(folder, config=model_config).to(device)
+    pairs = _on_device(build_collator("rm", tokenizer, media=media)(pair_features(rows, media, template, "rm")), device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        loss = pairwise_loss(*pair_scores(model, pairs))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return {"rm_model": type(model).__name__, "rm_pixel_values": list(pairs[MEDIA_INPUTS]["pixel_values"].shape),
+            "rm_loss_first": losses[0], "rm_loss_last": losses[-1]}
+
+
+def _model_args(folder: Path):
+    from tuneline.config.args import ModelArgs
+
+    return ModelArgs(model_name_or_path=str(folder))
 
 
 def _on_device(batch: dict, device: str) -> dict:
@@ -188,14 +227,15 @@ def main() -> None:
                 results.append({"preset": preset, "failed": f"{type(exc).__name__}: {str(exc)[:300]}"})
             print(json.dumps(results[-1]), flush=True)
     print("\n| preset | rows | image tokens = processor's | pixel_values | loss first -> last | dpo pair pixel_values "
-          "| dpo loss first -> last | videos |\n|---|---|---|---|---|---|---|---|")
+          "| dpo loss first -> last | rm scorer | rm loss first -> last | videos |\n|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         if "failed" in r:
-            print(f"| {r['preset']} | failed: {r['failed']} | | | | | | |")
+            print(f"| {r['preset']} | failed: {r['failed']} | | | | | | | | |")
         else:
             print(f"| {r['preset']} | {r['rows']} | {r['image_tokens_agree']}/{r['rows']} | {r['pixel_values']} | "
                   f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} | {r['dpo_pixel_values']} | "
-                  f"{r['dpo_loss_first']:.3f} -> {r['dpo_loss_last']:.3f} | {r.get('video', '-')} |")
+                  f"{r['dpo_loss_first']:.3f} -> {r['dpo_loss_last']:.3f} | {r['rm_model']} | "
+                  f"{r['rm_loss_first']:.3f} -> {r['rm_loss_last']:.3f} | {r.get('video', '-')} |")
 
 
 if __name__ == "__main__":
