@@ -101,10 +101,10 @@ def linear_weights(model_dir: Path) -> int:
 
 
 def skip_reason(name: str, device: str) -> str | None:
-    from tuneline.data.mm.requirements import vision_requirements_problem
+    from tuneline.data.mm.requirements import video_requirements_problem
 
     case = CASES[name]
-    if "vlm_preset" in case and (problem := vision_requirements_problem("qwen3_vl", has_videos=True)):
+    if "vlm_preset" in case and (problem := video_requirements_problem()):
         return problem
     if case.get("quantization_bit") and device != "cuda":
         return "QLoRA needs CUDA"

@@ -70,7 +70,7 @@ def hub_media_problems(config: RunConfig) -> list[str]:
     """Hub entries with images or videos whose local copy is missing (LLaMA-Factory's `rlhf_v`), and entries with
     videos for a template that reads none, said before the flow starts (before the build decodes every video);
     every other entry problem is the build step's to report."""
-    from tuneline.data.media import pyav_problem
+    from tuneline.data.mm.requirements import video_requirements_problem
     from tuneline.data.registry import parse_entry, read_info, remote_media_problem
 
     names = config.dataset_names + config.eval_dataset_names
@@ -82,7 +82,7 @@ def hub_media_problems(config: RunConfig) -> list[str]:
     problems = [problem for attr in attrs if (problem := remote_media_problem(attr, config.data.dataset_dir))]
     problems += [problem for attr in attrs
                  if attr.videos and (problem := video_template_problem(attr.name, config.data.template))]
-    if any(attr.videos for attr in attrs) and (problem := pyav_problem()):
+    if any(attr.videos for attr in attrs) and (problem := video_requirements_problem()):
         problems.append(problem)
     return problems
 
@@ -108,10 +108,6 @@ def template_problems(config: RunConfig) -> list[str]:
     if data.tool_format and data.tool_format not in TOOL_FORMATS:
         problems.append(f"'tool_format: {data.tool_format}' is not known{did_you_mean(data.tool_format, TOOL_FORMATS)}; "
                         f"use one of {', '.join(sorted(TOOL_FORMATS))}")
-    if data.template in TEMPLATES:  # a Qwen-VL template's processor needs torchvision: said before anything starts
-        from tuneline.data.mm.requirements import vision_requirements_problem
-
-        problems.append(vision_requirements_problem(TEMPLATES[data.template].mm_plugin, has_videos=False))
     if config.model.image_do_pan_and_scan and (data.template in AUTO or data.template in TEMPLATES):
         problems.append(pan_and_scan_problem(TEMPLATES[data.template].mm_plugin if data.template in TEMPLATES
                                              else None))

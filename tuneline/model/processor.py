@@ -50,12 +50,12 @@ def load_processor(config, tokenizer=None):
     except ImportError as exc:
         if "torchvision" not in str(exc).lower():
             raise
-        raise UserError(f"the processor of '{name}' needs torchvision, which is not installed or does not load "
-                        f"beside this torch ({str(exc).strip().splitlines()[0]}); install the torchvision build "
-                        "that matches your torch (Qwen-VL processors hold a video processor that needs it)") from None
+        from tuneline.model.image_only_processor import load_image_only_processor
+
+        processor = load_image_only_processor(model_args, load_model_config(model_args), _hub_kwargs(model_args), exc)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot load the processor of the vision-language model '{name}': {exc}") from None
-    if not isinstance(processor, ProcessorMixin):
+    if not isinstance(processor, ProcessorMixin) and not getattr(processor, "image_only", False):
         raise UserError(f"'{name}' is a vision-language model but holds no processor files (processor_config.json or "
                         "preprocessor_config.json): its images cannot be turned into model inputs")
     if tokenizer is not None:

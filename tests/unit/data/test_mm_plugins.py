@@ -12,8 +12,8 @@ import pytest
 from mm_fixtures import DEMO_IMAGES, REPO, load_parity_benchmark
 from PIL import Image
 
-from tuneline.data.media import video_problem
-from tuneline.data.mm import MediaSettings, get_mm_plugin, vision_requirements_problem
+from tuneline.data.media import pyav_problem, video_problem
+from tuneline.data.mm import MediaSettings, get_mm_plugin, video_requirements_problem
 from tuneline.data.mm.pixels import (
     SampledVideo,
     image_size,
@@ -231,15 +231,12 @@ def test_templates_name_known_plugins():
     assert TEMPLATES["qwen3_vl"].reasoning and not TEMPLATES["qwen3_vl_nothink"].reasoning
 
 
-def test_vision_requirements_name_torchvision_when_it_is_missing():
-    assert vision_requirements_problem("llava", has_videos=False) is None
-    assert vision_requirements_problem("gemma3", has_videos=False) is None
-    problem = vision_requirements_problem("qwen2_vl", has_videos=False)
-    if torchvision_works():
+def test_video_requirements_name_torchvision_when_it_is_missing():
+    problem = video_requirements_problem()
+    if torchvision_works() and pyav_problem() is None:
         assert problem is None
-    else:
-        assert "torchvision" in problem and "'qwen2_vl'" in problem and "pip install torchvision" in problem
-        assert "reading videos" in vision_requirements_problem("llava", has_videos=True)
+    elif pyav_problem() is None:
+        assert "reading videos needs torchvision" in problem and "pip install torchvision" in problem
 
 
 @pytest.mark.parametrize("name", ["qwen2_vl", "qwen3_vl"])

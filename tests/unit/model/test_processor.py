@@ -30,17 +30,40 @@ def test_a_vision_language_model_loads_its_processor_with_the_given_tokenizer(ti
     assert type(load_processor(config.model)).__name__ == "Gemma3Processor"  # its ModelArgs do as well
 
 
-def test_a_qwen_processor_loads_with_torchvision_or_is_refused_naming_it(tiny_vlm):
+@pytest.mark.parametrize("preset", ["qwen2_vl", "qwen3_vl"])
+def test_a_qwen_processor_loads_whole_with_torchvision_or_as_its_image_half(tiny_vlm, tmp_path, preset):
+    from transformers import AutoImageProcessor, AutoTokenizer
     from transformers.utils import is_torchvision_available
 
-    from tuneline.model import load_processor
+    from tuneline.model import load_processor, load_tokenizer
 
-    config = model_keys(tiny_vlm("qwen2_vl"))
+    config = model_keys(tiny_vlm(preset))
+    tokenizer = load_tokenizer(config.model)
+    processor = load_processor(config, tokenizer)
     if is_torchvision_available():
-        assert type(load_processor(config)).__name__ == "Qwen2VLProcessor"
-    else:
-        with pytest.raises(UserError, match="needs torchvision.*install the torchvision build"):
-            load_processor(config)
+        assert type(processor).__name__.endswith("VLProcessor")
+        return
+    assert type(processor).__name__ == "ImageOnlyProcessor" and processor.tokenizer is tokenizer
+    assert type(processor.image_processor).__name__ == "Qwen2VLImageProcessorPil"
+    assert "mm_token_type_ids" in processor.model_input_names and "pixel_values" in processor.model_input_names
+    processor.save_pretrained(tmp_path / "saved")  # the model's own processor files, the image processor, the tokenizer
+    assert (tmp_path / "saved" / "processor_config.json").read_text() == (
+        tiny_vlm(preset) / "processor_config.json").read_text()
+    assert AutoImageProcessor.from_pretrained(tmp_path / "saved").merge_size == processor.image_processor.merge_size
+    assert AutoTokenizer.from_pretrained(tmp_path / "saved").get_vocab() == tokenizer.get_vocab()
+
+
+def test_a_processor_without_torchvision_is_refused_naming_it_for_other_families():
+    """Only the Qwen-VL processors have an image half that suffices; any other ImportError naming torchvision is the
+    user's to fix."""
+    from types import SimpleNamespace
+
+    from tuneline.model.image_only_processor import load_image_only_processor
+
+    error = ImportError("FancyVideoProcessor requires the Torchvision library")
+    with pytest.raises(UserError, match="needs torchvision.*install the torchvision build"):
+        load_image_only_processor(SimpleNamespace(model_name_or_path="some/model"),
+                                  SimpleNamespace(model_type="fancy_vl"), {}, error)
 
 
 def test_the_trainer_saves_the_processor_into_each_checkpoint_and_the_output_dir(tiny_vlm, tmp_path):

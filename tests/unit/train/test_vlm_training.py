@@ -112,3 +112,50 @@ def test_pan_and_scan_trains_gemma3_on_each_image_and_its_crops(tiny_vlm, tmp_pa
     assert batch["token_type_ids"].sum() == (batch["input_ids"] == tokenizer.convert_tokens_to_ids(
         "<image_soft_token>")).sum()
     assert result["global_step"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["qwen2_vl", "qwen3_vl"])
+def test_qwen_vl_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm, tmp_path, preset):
+    """Without torchvision (here) a Qwen-VL processor cannot be built, but image rows need only its image processor
+    and tokenizer: the pads equal the grids' merged patches, the pixels reach the forward, the run trains, and its
+    folders (checkpoints, output, export) hold processor files that load again."""
+    import torch
+    from transformers import AutoImageProcessor
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.requirements import torchvision_works
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.export import export_model
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.sft import run
+
+    config = sft_config(tiny_vlm, tmp_path, preset)
+    ref = build_dataset(config)
+    tokenizer = load_tokenizer(config.model)
+    train = load_processed(ref)["train"]
+    media = dataset_media(config, tokenizer, [train])
+    if not torchvision_works():
+        assert type(media.processor).__name__ == "ImageOnlyProcessor"
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    merge = media.processor.image_processor.merge_size ** 2
+    pads = int((batch["input_ids"] == pad).sum())
+    assert pads == int(batch["image_grid_thw"].prod(-1).sum()) // merge > 0
+    assert int((batch["mm_token_type_ids"] == 1).sum()) == pads
+    assert result["global_step"] == 2
+
+    out = tmp_path / "out"
+    for folder in (out, out / "checkpoint-1", out / "checkpoint-2"):
+        assert AutoImageProcessor.from_pretrained(folder).merge_size ** 2 == merge, folder
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
+    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert not torch.isclose(seen, blind), "the pixels reach the forward"
+    merged = export_model(sft_config(tiny_vlm, tmp_path / "export", preset, adapter_name_or_path=str(out),
+                                     export_dir=str(tmp_path / "merged")))
+    assert (merged / "processor_config.json").is_file() and AutoImageProcessor.from_pretrained(merged)

@@ -5,7 +5,7 @@
 from tuneline.data.media import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 from tuneline.data.mm.pixels import MediaSettings
 from tuneline.data.mm.plugins import PLUGINS, MMPlugin, get_mm_plugin
-from tuneline.data.mm.requirements import vision_requirements_problem
+from tuneline.data.mm.requirements import video_requirements_problem
 
 __all__ = ["IMAGE_PLACEHOLDER", "PLUGINS", "VIDEO_PLACEHOLDER", "MMPlugin", "MediaSettings", "get_mm_plugin",
-           "vision_requirements_problem"]
+           "video_requirements_problem"]

@@ -1,5 +1,5 @@
-"""What a vision-language config needs installed, said before anything starts: transformers builds every Qwen-VL
-processor and every video processor on torchvision, and without it a run would fail only when the model loads."""
+"""What a video dataset needs installed, said before anything starts: PyAV, and torchvision, on which transformers
+builds every video processor; without them a run would fail only when the first batch is made."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import importlib.util
 from functools import lru_cache
 
 from tuneline.data.media import pyav_problem
-
-NEEDS_TORCHVISION = ("qwen2_vl", "qwen3_vl")  # their processors hold a video processor even for image-only data
 
 
 @lru_cache(maxsize=1)
@@ -23,21 +21,17 @@ def torchvision_works() -> bool:
     return True
 
 
-def vision_requirements_problem(plugin_name: str | None, has_videos: bool) -> str | None:
-    """Why this plugin (and videos, if the data has any) cannot run here, or None."""
-    if has_videos and (problem := pyav_problem()):
+def video_requirements_problem() -> str | None:
+    """Why videos cannot be read here (PyAV to decode them, torchvision for every transformers video processor), or
+    None. Images need neither: a Qwen-VL model without torchvision gets its processor's image half
+    (`tuneline.model.image_only_processor`)."""
+    if problem := pyav_problem():
         return problem
-    if plugin_name not in NEEDS_TORCHVISION and not has_videos:
-        return None
     if torchvision_works():
         return None
     import torch
 
-    if plugin_name in NEEDS_TORCHVISION:
-        what, otherwise = f"the '{plugin_name}' template's processor", "or use a llava or gemma3 model"
-    else:
-        what, otherwise = "reading videos", "or leave the videos out"
-    return (f"{what} needs torchvision (transformers builds Qwen-VL processors and every video processor on it), and "
-            f"`import torchvision` fails here: install the torchvision release made for torch "
+    return ("reading videos needs torchvision (transformers builds every video processor on it), and `import "
+            "torchvision` fails here: install the torchvision release made for torch "
             f"{torch.__version__.split('+')[0]} from the same index as torch (for a CPU torch: "
-            f"`pip install torchvision --index-url https://download.pytorch.org/whl/cpu`), {otherwise}")
+            "`pip install torchvision --index-url https://download.pytorch.org/whl/cpu`), or leave the videos out")

@@ -8,7 +8,7 @@ from typing import Any
 
 from tuneline.data.mm.pixels import MediaSettings
 from tuneline.data.mm.plugins import MMPlugin, get_mm_plugin
-from tuneline.data.mm.requirements import vision_requirements_problem
+from tuneline.data.mm.requirements import video_requirements_problem
 from tuneline.errors import ConfigError, UserError
 
 MEDIA_SETTINGS = ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_fps",
@@ -71,7 +71,7 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
                           f"videos ({', '.join(video_templates())}), or leave the videos out")
     if config.effective_packing:
         raise ConfigError("'packing' joins rows, which rows with images cannot be; set 'packing: false'")
-    if problem := vision_requirements_problem(template.mm_plugin, has_videos):
+    if has_videos and (problem := video_requirements_problem()):
         raise UserError(problem)
     processor = load_processor(config, tokenizer)
     if processor is None:
