@@ -86,3 +86,19 @@ def test_predicting_without_an_eval_set_is_refused_with_what_to_set(workdir, cap
     refused = capsys.readouterr().err
     assert "do_predict" in refused and "eval_dataset" in refused and "Traceback" not in refused
     assert not (workdir / "refused").exists()
+
+
+@pytest.mark.parametrize("command", ["validate", "predict", "train"])
+def test_training_keys_in_a_prediction_are_refused_in_one_message_by_each_command(workdir, capsys, command):
+    from flows.cli import run
+
+    config = yaml.safe_load((workdir / "predict.yaml").read_text())
+    (workdir / "predict_lr.yaml").write_text(yaml.safe_dump({**config, "output_dir": str(workdir / "refused"),
+                                                             "learning_rate": 1.0e-4, "lora_rank": 16}))
+    assert run([command, str(workdir / "predict_lr.yaml"), "num_train_epochs=2"]) == 2
+    refused = capsys.readouterr().err
+    assert "problems)" not in refused and "Traceback" not in refused
+    assert "'lora_rank: 16', 'learning_rate: 0.0001', 'num_train_epochs: 2.0'; remove them" in refused
+    assert "remove them, or set 'do_train: true' to train first" in refused
+    assert not (workdir / "refused").exists()
+

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tuneline.config.args import GROUPS
+from tuneline.config.grpo_keys import GRPO_KEYS
 from tuneline.config.run_config import RunConfig
+from tuneline.config.training_keys import PUBLISH_KEYS, TRAINING_DEFAULTS
 
 Rule = tuple[Callable[[RunConfig], bool], str]
 
@@ -140,11 +142,75 @@ FIXED: dict[str, tuple[object, str]] = {
 }
 
 
+# Keys only a training reads: how it optimises, schedules, batches, logs, evaluates on the way and saves; the new
+# adapter (or trainable layers) it builds; the stages' losses and models; its processes and what the flow does with
+# what it trained. A run that trains nothing (`do_predict` without `do_train`, the predict flow) reads none of them.
+# The model to load (finetuning_type, adapter_name_or_path, quantization, precision), the data, generation,
+# per_device_eval_batch_size and the launch keys of LLaMA-Factory's nlg_eval example (ddp_timeout,
+# overwrite_output_dir) stay allowed.
+TRAINING_ONLY: frozenset[str] = frozenset({
+    # optimiser, schedule, batches and length of the training
+    "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "optim",
+    "optim_args", "optim_target_modules", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "average_tokens_across_devices", "auto_find_batch_size",
+    "num_train_epochs", "max_steps", "label_smoothing_factor", "neftune_noise_alpha", "torch_empty_cache_steps",
+    "group_by_length", "train_sampling_strategy", "length_column_name", "disable_shuffling", "use_dft_loss",
+    "pure_bf16", "disable_gradient_checkpointing", "use_reentrant_gc", "gradient_checkpointing_kwargs",
+    "activation_checkpointing_kwargs", "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
+    "ddp_static_graph", "deepspeed", "fsdp", "fsdp_config",
+    # logging, evaluation on the way, checkpoints and resuming
+    "logging_strategy", "logging_steps", "logging_first_step", "logging_nan_inf_filter",
+    "include_num_input_tokens_seen", "include_effective_tokens_per_second", "plot_loss", "do_eval", "eval_strategy",
+    "evaluation_strategy", "eval_steps", "eval_delay", "eval_on_start", "compute_accuracy", "early_stopping_steps",
+    "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "save_strategy", "save_steps",
+    "save_total_limit", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "resume_from_checkpoint",
+    "ignore_data_skip", "restore_callback_states_from_checkpoint", "discard_checkpoints", "mlflow_log_checkpoints",
+    # the new adapter or trainable layers, and the optimisers beside AdamW
+    "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora", "use_dora",
+    "create_new_adapter", "loraplus_lr_ratio", "loraplus_lr_embedding", "pissa_init", "pissa_iter", "pissa_convert",
+    "oft_rank", "oft_block_size", "oft_target", "module_dropout", "freeze_trainable_layers",
+    "freeze_trainable_modules", "freeze_extra_modules", "freeze_vision_tower", "freeze_multi_modal_projector",
+    "freeze_language_model", "use_badam", "badam_mode", "badam_start_block", "badam_switch_mode",
+    "badam_switch_interval", "badam_update_ratio", "badam_mask_mode", "badam_verbose", "use_galore", "galore_target",
+    "galore_rank", "galore_update_interval", "galore_scale", "galore_proj_type", "galore_layerwise", "use_apollo",
+    "apollo_target", "apollo_rank", "apollo_update_interval", "apollo_scale", "apollo_proj", "apollo_proj_type",
+    "apollo_scale_type", "apollo_scale_front", "apollo_layerwise", "use_adam_mini", "use_muon",
+    # the preference and RL stages
+    "pref_beta", "pref_ftx", "pref_loss", "dpo_label_smoothing", "kto_chosen_weight", "kto_rejected_weight",
+    "simpo_gamma", "ref_model", "ref_model_adapters", "ref_model_quantization_bit", "precompute_ref", "reward_model",
+    "reward_model_adapters", "reward_model_type", "reward_model_config", "ppo_buffer_size", "ppo_epochs",
+    "ppo_score_norm", "ppo_target", "ppo_init_kl_coef", "ppo_whiten_rewards", *GRPO_KEYS,
+    # the training's processes, and what the flow does with the trained model
+    "num_processes", "accelerate_config", "num_machines", "machine_rank", "main_process_ip", "main_process_port",
+    "eval_max_samples", "eval_max_new_tokens", "mlflow_registered_model", *PUBLISH_KEYS,
+})
+
+
+def training_only_keys(config: RunConfig) -> list[str]:
+    """The keys only training reads that a run training nothing sets; [] for a run that trains."""
+    if not config.predict_only:
+        return []
+    flat = config.flat()
+    return [key for key in flat if key in TRAINING_ONLY and _is_set(config, key, flat[key])]
+
+
+def training_only_problems(config: RunConfig) -> list[str]:
+    """One problem naming every key `training_only_keys` finds."""
+    unread = training_only_keys(config)
+    if not unread:
+        return []
+    shown = config.masked()
+    named = ", ".join(f"'{key}: {shown[key]}'" for key in unread)
+    return [f"'do_predict: true' without 'do_train' trains nothing, and these keys are read only by training, so "
+            f"they would change nothing: {named}; remove them, or set 'do_train: true' to train first"]
+
+
 def _eval_strategy(config: RunConfig) -> str:
     return str(config.training.get("eval_strategy") or config.training.get("evaluation_strategy") or "no")
 
 
-_DEFAULTS = {f: getattr(cls, f, None) for cls in GROUPS.values() for f in cls.__dataclass_fields__}
+_DEFAULTS = {**{f: getattr(cls, f, None) for cls in GROUPS.values() for f in cls.__dataclass_fields__},
+             **TRAINING_DEFAULTS}  # tuneline's own defaults of TrainingArguments keys: in every config unless changed
 
 
 def _is_set(config: RunConfig, key: str, value) -> bool:
@@ -162,14 +228,15 @@ def _is_set(config: RunConfig, key: str, value) -> bool:
 def scope_problems(config: RunConfig) -> list[str]:
     """Every key set where it changes nothing, with what it needs; every key tuneline does not read, set."""
     flat, shown, problems = config.flat(), config.masked(), []  # a secret's value is never quoted
+    unread = set(training_only_keys(config))  # named once, by training_only_problems
     for key, (applies, when) in SCOPE.items():
-        if key in flat and _is_set(config, key, flat[key]) and not applies(config):
+        if key in flat and key not in unread and _is_set(config, key, flat[key]) and not applies(config):
             problems.append(f"'{key}: {shown[key]}' has no effect in this run: it applies only {when}; remove it")
     for key, (accepted, why) in FIXED.items():
         value = flat.get(key)
         if value is not None and value != accepted:
             problems.append(f"'{key}: {value}' has no effect: {why}; remove it")
-    return problems + predict_problems(config)
+    return problems + training_only_problems(config) + predict_problems(config)
 
 
 def predict_problems(config: RunConfig) -> list[str]:
