@@ -40,11 +40,13 @@ def test_the_nlg_eval_example_predicts_with_every_key_it_sets():
 
 def test_a_training_config_asked_to_predict_names_each_training_key_it_sets_once(tmp_path):
     """LLaMA-Factory's sft example through `tuneline predict`: the keys it sets to something other than their
-    default that only training reads are named in one message; its model, data and launch keys are not."""
+    default that only training reads are named in one message; its model, data, precision (bf16) and launch
+    (ddp_timeout) keys are not."""
     sft = FIXTURES / "llama3_lora_sft.yaml"
     named, message = refusal(sft, PREDICT)
-    assert sorted(named) == ["gradient_accumulation_steps", "learning_rate", "lr_scheduler_type", "num_train_epochs",
-                             "per_device_train_batch_size", "plot_loss", "save_steps", "warmup_ratio"]
+    assert sorted(named) == ["dataloader_num_workers", "gradient_accumulation_steps", "learning_rate",
+                             "lr_scheduler_type", "num_train_epochs", "per_device_train_batch_size", "plot_loss",
+                             "save_steps", "warmup_ratio"]
     # not named: lora_rank: 8, lora_target: all, logging_steps: 10 and save_only_model: false, which are the defaults
 
 

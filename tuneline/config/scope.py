@@ -11,7 +11,7 @@ from pathlib import Path
 from tuneline.config.args import GROUPS
 from tuneline.config.grpo_keys import GRPO_KEYS
 from tuneline.config.run_config import RunConfig
-from tuneline.config.training_keys import PUBLISH_KEYS, TRAINING_DEFAULTS
+from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS
 
 Rule = tuple[Callable[[RunConfig], bool], str]
 
@@ -142,29 +142,22 @@ FIXED: dict[str, tuple[object, str]] = {
 }
 
 
-# Keys only a training reads: how it optimises, schedules, batches, logs, evaluates on the way and saves; the new
-# adapter (or trainable layers) it builds; the stages' losses and models; its processes and what the flow does with
-# what it trained. A run that trains nothing (`do_predict` without `do_train`, the predict flow) reads none of them.
-# The model to load (finetuning_type, adapter_name_or_path, quantization, precision), the data, generation,
-# per_device_eval_batch_size and the launch keys of LLaMA-Factory's nlg_eval example (ddp_timeout,
-# overwrite_output_dir) stay allowed.
-TRAINING_ONLY: frozenset[str] = frozenset({
-    # optimiser, schedule, batches and length of the training
-    "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "optim",
-    "optim_args", "optim_target_modules", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "average_tokens_across_devices", "auto_find_batch_size",
-    "num_train_epochs", "max_steps", "label_smoothing_factor", "neftune_noise_alpha", "torch_empty_cache_steps",
-    "group_by_length", "train_sampling_strategy", "length_column_name", "disable_shuffling", "use_dft_loss",
-    "pure_bf16", "disable_gradient_checkpointing", "use_reentrant_gc", "gradient_checkpointing_kwargs",
-    "activation_checkpointing_kwargs", "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
-    "ddp_static_graph", "deepspeed", "fsdp", "fsdp_config",
-    # logging, evaluation on the way, checkpoints and resuming
-    "logging_strategy", "logging_steps", "logging_first_step", "logging_nan_inf_filter",
-    "include_num_input_tokens_seen", "include_effective_tokens_per_second", "plot_loss", "do_eval", "eval_strategy",
-    "evaluation_strategy", "eval_steps", "eval_delay", "eval_on_start", "compute_accuracy", "early_stopping_steps",
-    "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "save_strategy", "save_steps",
-    "save_total_limit", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "resume_from_checkpoint",
-    "ignore_data_skip", "restore_callback_states_from_checkpoint", "discard_checkpoints", "mlflow_log_checkpoints",
+# TrainingArguments keys a run that only predicts reads: it builds no TrainingArguments, so every other one is read
+# only by training. ddp_timeout and overwrite_output_dir are kept because LLaMA-Factory's nlg_eval example sets them.
+READ_WHEN_PREDICTING = frozenset({
+    "output_dir", "overwrite_output_dir", "ddp_timeout", "local_rank", "seed", "data_seed", "bf16", "fp16", "use_cpu",
+    "per_device_eval_batch_size", "do_train", "do_predict", "predict_with_generate", "generation_max_length",
+    "generation_num_beams", "report_to", "run_name"})
+# Keys only a training reads: those TrainingArguments keys; the new adapter (or trainable layers) it builds and the
+# optimisers beside AdamW; the stages' losses and models; its processes and what the flow does with what it trained.
+# A run that trains nothing (`do_predict` without `do_train`, the predict flow) reads none of them. The model to load
+# (finetuning_type, adapter_name_or_path, quantization, precision), the data and generation stay allowed; keys FIXED
+# refuses anyway are left to it.
+TRAINING_ONLY: frozenset[str] = frozenset(set(TRAINING_KEYS) - READ_WHEN_PREDICTING - set(FIXED)) | {
+    # tuneline's and LLaMA-Factory's keys of the training loop, its checkpoints and its evaluations on the way
+    "disable_shuffling", "use_dft_loss", "pure_bf16", "disable_gradient_checkpointing", "use_reentrant_gc",
+    "include_effective_tokens_per_second", "plot_loss", "compute_accuracy", "early_stopping_steps",
+    "discard_checkpoints", "mlflow_log_checkpoints",
     # the new adapter or trainable layers, and the optimisers beside AdamW
     "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora", "use_dora",
     "create_new_adapter", "loraplus_lr_ratio", "loraplus_lr_embedding", "pissa_init", "pissa_iter", "pissa_convert",
@@ -180,10 +173,10 @@ TRAINING_ONLY: frozenset[str] = frozenset({
     "simpo_gamma", "ref_model", "ref_model_adapters", "ref_model_quantization_bit", "precompute_ref", "reward_model",
     "reward_model_adapters", "reward_model_type", "reward_model_config", "ppo_buffer_size", "ppo_epochs",
     "ppo_score_norm", "ppo_target", "ppo_init_kl_coef", "ppo_whiten_rewards", *GRPO_KEYS,
-    # the training's processes, and what the flow does with the trained model
+    # the training's processes, and what the flow does with the trained model (publishing: TrainingArguments keys)
     "num_processes", "accelerate_config", "num_machines", "machine_rank", "main_process_ip", "main_process_port",
-    "eval_max_samples", "eval_max_new_tokens", "mlflow_registered_model", *PUBLISH_KEYS,
-})
+    "eval_max_samples", "eval_max_new_tokens", "mlflow_registered_model",
+}
 
 
 def training_only_keys(config: RunConfig) -> list[str]:
