@@ -86,3 +86,44 @@ def test_predicting_without_an_eval_set_is_refused_with_what_to_set(workdir, cap
     refused = capsys.readouterr().err
     assert "do_predict" in refused and "eval_dataset" in refused and "Traceback" not in refused
     assert not (workdir / "refused").exists()
+
+
+@pytest.mark.parametrize("command", ["validate", "predict", "train"])
+def test_training_keys_in_a_prediction_are_refused_in_one_message_by_each_command(workdir, capsys, command):
+    from flows.cli import run
+
+    config = yaml.safe_load((workdir / "predict.yaml").read_text())
+    (workdir / "predict_lr.yaml").write_text(yaml.safe_dump({**config, "output_dir": str(workdir / "refused"),
+                                                             "learning_rate": 1.0e-4, "lora_rank": 16}))
+    assert run([command, str(workdir / "predict_lr.yaml"), "num_train_epochs=2"]) == 2
+    refused = capsys.readouterr().err
+    assert "problems)" not in refused and "Traceback" not in refused
+    assert "'lora_rank: 16', 'learning_rate: 0.0001', 'num_train_epochs: 2.0'; remove them" in refused
+    assert "remove them, or set 'do_train: true' to train first" in refused
+    assert not (workdir / "refused").exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_trains_then_predicts_logs_the_answers_and_their_scores_in_its_mlflow_run(prefect_api, workdir):
+    """`do_train: true` with `do_predict: true`: the training child answers the eval set after training, and the
+    flow's train step (record_training) puts the answers and their scores in the run's MLflow record."""
+    from mlflow import MlflowClient
+
+    config = yaml.safe_load((workdir / "predict.yaml").read_text())
+    out = workdir / "trained"
+    config.update({"do_train": True, "dataset": "demo_sft", "max_samples": 8, "max_steps": 2,
+                   "per_device_train_batch_size": 4, "save_steps": 2, "logging_steps": 1, "output_dir": str(out),
+                   "eval_max_samples": 2, "eval_max_new_tokens": 2, "mlflow_experiment": "train-and-predict"})
+    (workdir / "train_predict.yaml").write_text(yaml.safe_dump(config))
+
+    result = cli("train", str(workdir / "train_predict.yaml"))
+    scores = json.loads((out / "predict_results.json").read_text())
+    assert set(scores) == SCORES and (out / "adapter_model.safetensors").is_file(), "trained, then answered"
+    answers = (out / "generated_predictions.jsonl").read_text().splitlines()
+    assert len(answers) == 8 and all(json.loads(line)["label"] for line in answers)
+
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    run = client.get_run(result["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert {k: run.data.metrics[k] for k in SCORES} == pytest.approx(scores)
+    assert "generated_predictions.jsonl" in {a.path for a in client.list_artifacts(run.info.run_id)}

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tuneline.config.args import GROUPS
+from tuneline.config.grpo_keys import GRPO_KEYS
 from tuneline.config.run_config import RunConfig
+from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS
 
 Rule = tuple[Callable[[RunConfig], bool], str]
 
@@ -140,11 +142,68 @@ FIXED: dict[str, tuple[object, str]] = {
 }
 
 
+# TrainingArguments keys a run that only predicts reads: it builds no TrainingArguments, so every other one is read
+# only by training. ddp_timeout and overwrite_output_dir are kept because LLaMA-Factory's nlg_eval example sets them.
+READ_WHEN_PREDICTING = frozenset({
+    "output_dir", "overwrite_output_dir", "ddp_timeout", "local_rank", "seed", "data_seed", "bf16", "fp16", "use_cpu",
+    "per_device_eval_batch_size", "do_train", "do_predict", "predict_with_generate", "generation_max_length",
+    "generation_num_beams", "report_to", "run_name"})
+# Keys only a training reads: those TrainingArguments keys; the new adapter (or trainable layers) it builds and the
+# optimisers beside AdamW; the stages' losses and models; its processes and what the flow does with what it trained.
+# A run that trains nothing (`do_predict` without `do_train`, the predict flow) reads none of them. The model to load
+# (finetuning_type, adapter_name_or_path, quantization, precision), the data and generation stay allowed; keys FIXED
+# refuses anyway are left to it.
+TRAINING_ONLY: frozenset[str] = frozenset(set(TRAINING_KEYS) - READ_WHEN_PREDICTING - set(FIXED)) | {
+    # tuneline's and LLaMA-Factory's keys of the training loop, its checkpoints and its evaluations on the way
+    "disable_shuffling", "use_dft_loss", "pure_bf16", "disable_gradient_checkpointing", "use_reentrant_gc",
+    "include_effective_tokens_per_second", "plot_loss", "compute_accuracy", "early_stopping_steps",
+    "discard_checkpoints", "mlflow_log_checkpoints",
+    # the new adapter or trainable layers, and the optimisers beside AdamW
+    "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora", "use_dora",
+    "create_new_adapter", "loraplus_lr_ratio", "loraplus_lr_embedding", "pissa_init", "pissa_iter", "pissa_convert",
+    "oft_rank", "oft_block_size", "oft_target", "module_dropout", "freeze_trainable_layers",
+    "freeze_trainable_modules", "freeze_extra_modules", "freeze_vision_tower", "freeze_multi_modal_projector",
+    "freeze_language_model", "use_badam", "badam_mode", "badam_start_block", "badam_switch_mode",
+    "badam_switch_interval", "badam_update_ratio", "badam_mask_mode", "badam_verbose", "use_galore", "galore_target",
+    "galore_rank", "galore_update_interval", "galore_scale", "galore_proj_type", "galore_layerwise", "use_apollo",
+    "apollo_target", "apollo_rank", "apollo_update_interval", "apollo_scale", "apollo_proj", "apollo_proj_type",
+    "apollo_scale_type", "apollo_scale_front", "apollo_layerwise", "use_adam_mini", "use_muon",
+    # the preference and RL stages
+    "pref_beta", "pref_ftx", "pref_loss", "dpo_label_smoothing", "kto_chosen_weight", "kto_rejected_weight",
+    "simpo_gamma", "ref_model", "ref_model_adapters", "ref_model_quantization_bit", "precompute_ref", "reward_model",
+    "reward_model_adapters", "reward_model_type", "reward_model_config", "ppo_buffer_size", "ppo_epochs",
+    "ppo_score_norm", "ppo_target", "ppo_init_kl_coef", "ppo_whiten_rewards", *GRPO_KEYS,
+    # the training's processes, and what the flow does with the trained model (publishing: TrainingArguments keys)
+    "num_processes", "accelerate_config", "num_machines", "machine_rank", "main_process_ip", "main_process_port",
+    "eval_max_samples", "eval_max_new_tokens", "mlflow_registered_model",
+}
+
+
+def training_only_keys(config: RunConfig) -> list[str]:
+    """The keys only training reads that a run training nothing sets; [] for a run that trains."""
+    if not config.predict_only:
+        return []
+    flat = config.flat()
+    return [key for key in flat if key in TRAINING_ONLY and _is_set(config, key, flat[key])]
+
+
+def training_only_problems(config: RunConfig) -> list[str]:
+    """One problem naming every key `training_only_keys` finds."""
+    unread = training_only_keys(config)
+    if not unread:
+        return []
+    shown = config.masked()
+    named = ", ".join(f"'{key}: {shown[key]}'" for key in unread)
+    return [f"'do_predict: true' without 'do_train' trains nothing, and these keys are read only by training, so "
+            f"they would change nothing: {named}; remove them, or set 'do_train: true' to train first"]
+
+
 def _eval_strategy(config: RunConfig) -> str:
     return str(config.training.get("eval_strategy") or config.training.get("evaluation_strategy") or "no")
 
 
-_DEFAULTS = {f: getattr(cls, f, None) for cls in GROUPS.values() for f in cls.__dataclass_fields__}
+_DEFAULTS = {**{f: getattr(cls, f, None) for cls in GROUPS.values() for f in cls.__dataclass_fields__},
+             **TRAINING_DEFAULTS}  # tuneline's own defaults of TrainingArguments keys: in every config unless changed
 
 
 def _is_set(config: RunConfig, key: str, value) -> bool:
@@ -162,14 +221,15 @@ def _is_set(config: RunConfig, key: str, value) -> bool:
 def scope_problems(config: RunConfig) -> list[str]:
     """Every key set where it changes nothing, with what it needs; every key tuneline does not read, set."""
     flat, shown, problems = config.flat(), config.masked(), []  # a secret's value is never quoted
+    unread = set(training_only_keys(config))  # named once, by training_only_problems
     for key, (applies, when) in SCOPE.items():
-        if key in flat and _is_set(config, key, flat[key]) and not applies(config):
+        if key in flat and key not in unread and _is_set(config, key, flat[key]) and not applies(config):
             problems.append(f"'{key}: {shown[key]}' has no effect in this run: it applies only {when}; remove it")
     for key, (accepted, why) in FIXED.items():
         value = flat.get(key)
         if value is not None and value != accepted:
             problems.append(f"'{key}: {value}' has no effect: {why}; remove it")
-    return problems + predict_problems(config)
+    return problems + training_only_problems(config) + predict_problems(config)
 
 
 def predict_problems(config: RunConfig) -> list[str]:

@@ -128,10 +128,12 @@ def _check_keys(config: RunConfig) -> list[str]:
                         "from 'reward_model_config' and uses its output_dir: remove one")
     if ft.pref_loss in ("orpo", "simpo") and ft.ref_model and ft.stage == "dpo":
         problems.append(f"'pref_loss: {ft.pref_loss}' uses no reference model; remove 'ref_model'")
-    if ft.use_badam and ft.finetuning_type != "full":
-        problems.append(f"'use_badam' trains full parameters; it conflicts with 'finetuning_type: {ft.finetuning_type}'")
-    problems += _adapter_method_problems(config) + ppo_problems(config) + grpo_problems(config) + badam_problems(config)
-    problems += optimizer_problems(config)
+    if not config.predict_only:  # a run that trains nothing: scope_problems names each training key it sets, once
+        if ft.use_badam and ft.finetuning_type != "full":
+            problems.append(f"'use_badam' trains full parameters; it conflicts with 'finetuning_type: "
+                            f"{ft.finetuning_type}'")
+        problems += _adapter_method_problems(config) + ppo_problems(config) + grpo_problems(config)
+        problems += badam_problems(config) + optimizer_problems(config)
     problems += scope_problems(config)
     if not 0 <= ft.dpo_label_smoothing < 0.5:
         problems.append(f"'dpo_label_smoothing' is {ft.dpo_label_smoothing}; allowed: 0 <= value < 0.5")
