@@ -2,8 +2,8 @@
 [--presets qwen2_vl,qwen3_vl,gemma3,llava] [--steps 10]` (`make gpu-check` runs it when torchvision imports).
 
 For each tiny preset (`tuneline tiny-model --preset NAME`): the processor loads through `tuneline.model.processor`
-(Qwen-VL's needs torchvision), tuneline's plugin expands LLaMA-Factory's mllm_demo rows and is compared with the
-processor's own expansion of the same text and images (the count of image tokens per image), then the collator's
+(the whole Qwen-VL processor, which the comparison calls, needs torchvision), tuneline's plugin expands LLaMA-Factory's
+mllm_demo rows and is compared with the processor's own expansion of the same text and images (the count of image tokens per image), then the collator's
 pixels go through the model for --steps AdamW steps on the same batch (loss first and last). Needs torch,
 transformers, tokenizers and PIL beside tuneline's own modules (no Prefect, MLflow or datasets), and PyAV for the Qwen
 families' video case (mllm_video_demo: the pads counted at build time against the video processor's grid). Figures only.

@@ -1,5 +1,6 @@
-"""The processor: None for a text model, the family's for a vision-language one, a clear refusal where a Qwen-VL
-processor lacks torchvision, and saved into every checkpoint by a real Trainer through SaveProcessorCallback."""
+"""The processor: None for a text model, the family's for a vision-language one (a Qwen-VL processor's image half
+where torchvision does not load, a clear refusal for any other), and saved into every checkpoint by a real Trainer
+through SaveProcessorCallback."""
 
 from __future__ import annotations
 
