@@ -29,7 +29,6 @@ def demo_rows(count: int) -> list[dict]:
 
 
 def check(preset: str, device: str, steps: int, work: Path) -> dict:
-    import torch
     from transformers import AutoModelForImageTextToText
 
     from tuneline.config import load_config
@@ -63,14 +62,7 @@ def check(preset: str, device: str, steps: int, work: Path) -> dict:
     collator = build_collator("sft", tokenizer, media=media)
     batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in collator(features).items()}
     model = AutoModelForImageTextToText.from_pretrained(folder).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses = []
-    for _ in range(steps):
-        loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = adamw_losses(model, lambda: model(**batch).loss, steps)
     return {"preset": preset, "rows": len(rows), "image_tokens_agree": agree,
             "pixel_values": list(batch["pixel_values"].shape), "loss_first": losses[0], "loss_last": losses[-1],
             **dpo_check(rows, media, template, model, device, steps), **rm_check(rows, media, template, folder, device, steps),
@@ -83,10 +75,7 @@ def video_check(media, template, model, device: str, steps: int) -> dict:
     the collator decodes, and --steps AdamW steps on that batch."""
     import importlib.util
 
-    import torch
-
     from tuneline.data.collators import build_collator
-    from tuneline.data.processors import Encoder
 
     if media.plugin.video_token is None:
         return {}
@@ -97,20 +86,12 @@ def video_check(media, template, model, device: str, steps: int) -> dict:
     batch = {"_prompt": [row["messages"][:1] for row in rows], "_response": [row["messages"][1:2] for row in rows],
              "_system": [None] * len(rows), "_tools": [None] * len(rows), "_images": [[] for _ in rows],
              "_videos": [[str(VIDEO_DATA / video) for video in row["videos"]] for row in rows]}
-    encoded = Encoder(tokenizer, template, "sft", 8192, media=media)(batch)
-    features = [{key: values[i] for key, values in encoded.items()} for i in range(len(rows))]
+    features = encoded_rows(batch, media, template, "sft", 8192)
     inputs = _on_device(build_collator("sft", tokenizer, media=media)(features), device)
     pads = int((inputs["input_ids"] == tokenizer.convert_tokens_to_ids(media.plugin.video_token)).sum())
     merge = getattr(media.processor.video_processor, "merge_size", 2) ** 2
     grid = int(inputs["video_grid_thw"].prod(-1).sum()) // merge
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses = []
-    for _ in range(steps):
-        loss = model(**inputs).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = adamw_losses(model, lambda: model(**inputs).loss, steps)
     return {"video": f"{len(rows)} videos, pads {pads} = grid {grid}: {pads == grid}, pixel_values_videos "
                      f"{list(inputs['pixel_values_videos'].shape)}, loss {losses[0]:.3f} -> {losses[-1]:.3f}"}
 
@@ -127,22 +108,17 @@ def dpo_check(rows: list[dict], media, template, model, device: str, steps: int)
     tokenizer = media.processor.tokenizer
     features = pair_features(rows, media, template, "dpo")
     pairs = _on_device(build_collator("dpo", tokenizer, media=media)(features), device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses = []
-    for _ in range(steps):
+    def dpo_loss():
         chosen, rejected, _, _ = pair_logps(model, pairs, tokenizer.pad_token_id or 0)
-        loss = -torch.nn.functional.logsigmoid(0.1 * (chosen - rejected)).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+        return -torch.nn.functional.logsigmoid(0.1 * (chosen - rejected)).mean()
+
+    losses = adamw_losses(model, dpo_loss, steps)
     return {"dpo_pixel_values": list(pairs[MEDIA_INPUTS]["pixel_values"].shape), "dpo_loss_first": losses[0],
             "dpo_loss_last": losses[-1]}
 
 
 def pair_features(rows: list[dict], media, template, stage: str) -> list[dict]:
     """Image pairs from mllm_demo: each row's first question, its answer chosen, the next row's answer rejected."""
-    from tuneline.data.processors import Encoder
 
     first_turns = [row["messages"][:2] for row in rows]
     batch = {"_prompt": [turns[:1] for turns in first_turns],
@@ -150,41 +126,50 @@ def pair_features(rows: list[dict], media, template, stage: str) -> list[dict]:
              "_system": [None] * len(rows), "_tools": [None] * len(rows),
              "_images": [row["images"][:turns[0]["content"].count("<image>")] for row, turns in zip(rows, first_turns, strict=True)],
              "_videos": [[] for _ in rows]}
-    encoded = Encoder(media.processor.tokenizer, template, stage, 4096, media=media)(batch)
-    return [{key: values[i] for key, values in encoded.items()} for i in range(len(rows))]
+    return encoded_rows(batch, media, template, stage, 4096)
 
 
 def rm_check(rows: list[dict], media, template, folder: Path, device: str, steps: int) -> dict:
     """rm on the same image pairs: the family's one-label sequence classifier (tuneline.model.vision_scorer), scored
     over [chosen; rejected] with both halves' pixels, trained on the pairwise loss; the loss first and last."""
-    import torch
+
+    from transformers import AutoConfig
 
     from tuneline.data.collators import build_collator
     from tuneline.logps import MEDIA_INPUTS
-    from tuneline.model.processor import load_model_config
     from tuneline.model.vision_scorer import scorer_class, scorer_config
     from tuneline.train.rm import pair_scores, pairwise_loss
 
     tokenizer = media.processor.tokenizer
-    model_config = scorer_config(load_model_config(_model_args(folder)), tokenizer.pad_token_id)
+    model_config = scorer_config(AutoConfig.from_pretrained(folder), tokenizer.pad_token_id)
     model = scorer_class(model_config).from_pretrained(folder, config=model_config).to(device)
     pairs = _on_device(build_collator("rm", tokenizer, media=media)(pair_features(rows, media, template, "rm")), device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses = []
-    for _ in range(steps):
-        loss = pairwise_loss(*pair_scores(model, pairs))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = adamw_losses(model, lambda: pairwise_loss(*pair_scores(model, pairs)), steps)
     return {"rm_model": type(model).__name__, "rm_pixel_values": list(pairs[MEDIA_INPUTS]["pixel_values"].shape),
             "rm_loss_first": losses[0], "rm_loss_last": losses[-1]}
 
 
-def _model_args(folder: Path):
-    from tuneline.config.args import ModelArgs
+def adamw_losses(model, loss_of, steps: int) -> list[float]:
+    """`steps` AdamW steps (lr 1e-3) on the loss `loss_of()` computes; the loss of each."""
+    import torch
 
-    return ModelArgs(model_name_or_path=str(folder))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        loss = loss_of()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def encoded_rows(columns: dict, media, template, stage: str, cutoff_len: int) -> list[dict]:
+    """The stage's encoding of converted columns (`_prompt`, `_response`, ...), one feature dict per row."""
+    from tuneline.data.processors import Encoder
+
+    encoded = Encoder(media.processor.tokenizer, template, stage, cutoff_len, media=media)(columns)
+    return [dict(zip(encoded, row, strict=True)) for row in zip(*encoded.values(), strict=True)]
 
 
 def _on_device(batch: dict, device: str) -> dict:
