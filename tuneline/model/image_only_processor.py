@@ -30,7 +30,6 @@ class ImageOnlyProcessor:
     tokenizer: Any
     model_input_names: list[str]
     source_files: dict[str, str] = field(default_factory=dict)  # file name -> the model's copy
-    image_only = True
 
     def save_pretrained(self, folder: str | Path) -> None:
         folder = Path(folder)

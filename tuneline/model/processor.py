@@ -38,6 +38,7 @@ def load_processor(config, tokenizer=None):
     returned, added tokens included) replaces the processor's own, so both encode text alike."""
     from transformers import AutoProcessor, ProcessorMixin
 
+    from tuneline.model.image_only_processor import ImageOnlyProcessor, load_image_only_processor
     from tuneline.model.vision import is_vision_language
 
     model_args = _model_args(config)
@@ -50,12 +51,10 @@ def load_processor(config, tokenizer=None):
     except ImportError as exc:
         if "torchvision" not in str(exc).lower():
             raise
-        from tuneline.model.image_only_processor import load_image_only_processor
-
         processor = load_image_only_processor(model_args, load_model_config(model_args), _hub_kwargs(model_args), exc)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot load the processor of the vision-language model '{name}': {exc}") from None
-    if not isinstance(processor, ProcessorMixin) and not getattr(processor, "image_only", False):
+    if not isinstance(processor, (ProcessorMixin, ImageOnlyProcessor)):
         raise UserError(f"'{name}' is a vision-language model but holds no processor files (processor_config.json or "
                         "preprocessor_config.json): its images cannot be turned into model inputs")
     if tokenizer is not None:
