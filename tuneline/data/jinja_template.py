@@ -67,7 +67,7 @@ def _slots_expression(slots, tokenizer, content: str, idx: str | None = None) ->
     parts = []
     for slot in slots:
         if isinstance(slot, Special):
-            token = _special_text(tokenizer, slot)
+            token = special_text(tokenizer, slot)
             if token:
                 parts.append(literal(token))
             continue
@@ -82,7 +82,8 @@ def _slots_expression(slots, tokenizer, content: str, idx: str | None = None) ->
     return " ~ ".join(parts) or "''"
 
 
-def _special_text(tokenizer, special: Special) -> str:
+def special_text(tokenizer, special: Special) -> str:
+    """A special slot's token as text, as training put its id: "" for a bos or eos the tokenizer lacks."""
     if special.name in ("bos", "eos"):
         token_id = tokenizer.bos_token_id if special.name == "bos" else tokenizer.eos_token_id
         return "" if token_id is None else tokenizer.convert_ids_to_tokens(token_id)

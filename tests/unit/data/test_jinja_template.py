@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tuneline.data.jinja_template import PROCESSOR_PLACEHOLDERS, chat_template, unwritable
+from tuneline.data.jinja_template import PROCESSOR_PLACEHOLDERS, chat_template, special_text, unwritable
 from tuneline.data.media import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 from tuneline.data.native_tools import chat_message
 from tuneline.data.readers import read_rows
 from tuneline.data.registry import parse_entry
 from tuneline.data.template_catalog import TEMPLATES, get_template
-from tuneline.data.templates import Special
 from tuneline.data.tools import ToolDataError, load_tools
 
 REPO = Path(__file__).resolve().parents[3]
@@ -65,13 +64,6 @@ def media_rows() -> list[dict]:
     return [example for name, (folder, entry) in MEDIA_ROWS.items() for example in _examples(name, folder, entry)]
 
 
-def _token(tokenizer, special: Special) -> str:
-    if special.name in ("bos", "eos"):
-        token_id = tokenizer.bos_token_id if special.name == "bos" else tokenizer.eos_token_id
-        return "" if token_id is None else tokenizer.convert_ids_to_tokens(token_id)
-    return special.name
-
-
 def rendered(tokenizer, template, messages, system, tools, generation_prompt: bool) -> str:
     words = (None, None) if template.fuse_system else (template.thought_words, template.tool_call_words)
     chat = ([{"role": "system", "content": system}] if system else []) + [chat_message(m, words) for m in messages]
@@ -94,7 +86,7 @@ def check_row(tokenizer, template, example, as_trained=lambda message: message) 
             with pytest.raises((TemplateError, ToolDataError)):  # a call only the data form holds, or one the format refuses
                 rendered(tokenizer, template, turn, system, tools, False)
             return
-        texts = ["".join(p if isinstance(p, str) else _token(tokenizer, p) for p in message) for message in pieces]
+        texts = ["".join(p if isinstance(p, str) else special_text(tokenizer, p) for p in message) for message in pieces]
         prompt = rendered(tokenizer, template, turn[:-1], system, tools, True)
         assert prompt == "".join(texts[:-1]), f"turn {end // 2}: the prompt differs"
         whole = "".join(texts) + (tokenizer.eos_token if template.efficient_eos else "")
