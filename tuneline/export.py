@@ -97,7 +97,7 @@ def _merged_model(config: RunConfig, tokenizer):
 def export_model(config: RunConfig) -> Path:
     """Write the merged model (safetensors shards of `export_size` GB, or .bin) and tokenizer to `export_dir`, the
     tokenizer speaking the training template (`export_chat`)."""
-    from tuneline.export_chat import prepare_chat, write_chat_files
+    from tuneline.export_chat import prepare_chat, stop_at_turn_ends, write_chat_files
     from tuneline.model.processor import load_processor, save_processor
     from tuneline.model.tokenizer import load_tokenizer
 
@@ -108,9 +108,10 @@ def export_model(config: RunConfig) -> Path:
         config, trained_in = trained_model_config(config, Path(scratch))
         tokenizer = load_tokenizer(config.model)
         model = _merged_model(config, tokenizer).to(_saved_dtype(config))
-        model.save_pretrained(str(tmp), max_shard_size=f"{config.model.export_size}GB")
         processor = load_processor(config, tokenizer)
         chat, template = prepare_chat(config, tokenizer, processor)
+        stop_at_turn_ends(model, template, tokenizer)
+        model.save_pretrained(str(tmp), max_shard_size=f"{config.model.export_size}GB")
         tokenizer.save_pretrained(str(tmp))
         save_processor(processor, tmp)  # a vision-language model reads images; None writes nothing
         write_chat_files(tmp, chat, template, tokenizer, config)

@@ -57,6 +57,19 @@ def prepare_chat(config: RunConfig, tokenizer, processor=None) -> tuple[ChatExpo
     return result, template
 
 
+def stop_at_turn_ends(model, template, tokenizer) -> None:
+    """The template's stop words that are single tokens join the model's eos in its generation config, so a server
+    that stops at the config's eos (transformers serve, vLLM) ends an answer where `tuneline chat` does."""
+    from tuneline.evaluation.generation import eos_token_ids
+
+    if getattr(model, "generation_config", None) is None:  # a reward model scores, it does not generate
+        return
+    vocab = tokenizer.get_vocab()
+    ids = eos_token_ids(tokenizer, model) | {vocab[word] for word in template.stop_words if word in vocab}
+    if ids:
+        model.generation_config.eos_token_id = sorted(ids) if len(ids) > 1 else ids.pop()
+
+
 def write_chat_files(folder: Path, chat: ChatExport, template, tokenizer, config: RunConfig) -> None:
     """The Modelfile, and SERVING.md naming what the chat template cannot write (only when something)."""
     (folder / MODELFILE).write_text(modelfile(template, tokenizer, config.data.cutoff_len), encoding="utf-8")
