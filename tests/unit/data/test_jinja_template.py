@@ -113,3 +113,48 @@ def test_exported_template_renders_as_training_encodes(name, tokenizer, text_row
         assert rows
         for example in rows:
             check_row(tokenizer, template, example, as_trained)
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_call_arguments_as_json_text_render_as_objects_do_or_are_refused(name, tokenizer):
+    """OpenAI clients send a call's arguments as JSON text: formats that write the arguments as JSON take it as it is;
+    formats that write them key by key refuse it by name, never misrender it."""
+    from jinja2 import TemplateError
+
+    template = get_template(name, tokenizer, today=TODAY)
+    tokenizer.chat_template = chat_template(template, tokenizer, TODAY)
+    arguments = {"city": "Zürich", "days": 2}
+    tools = [{"type": "function", "function": {"name": "forecast", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+
+    def render(value):
+        call = {"type": "function", "function": {"name": "forecast", "arguments": value}}
+        chat = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "content": "sunny"}]
+        return tokenizer.apply_chat_template(chat, tools=tools, tokenize=False, add_generation_prompt=True)
+
+    as_object = render(arguments)
+    assert "Zürich" in as_object
+    try:
+        as_text = render(json.dumps(arguments, ensure_ascii=False))
+    except TemplateError as exc:
+        assert "argument by argument" in str(exc)
+    else:
+        assert as_text == as_object
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_every_template_has_an_ollama_modelfile(name, tokenizer):
+    """The Modelfile's Go template opens and closes its actions in pairs and holds each turn's slot text."""
+    import re
+
+    from tuneline.ollama_modelfile import modelfile
+
+    template = get_template(name, tokenizer, today=TODAY)
+    text = modelfile(template, tokenizer, 2048)
+    body = re.search(r'TEMPLATE """(.*?)"""', text, re.DOTALL).group(1)
+    actions = re.findall(r"\{\{ ?(if|range|end|else)", body)
+    assert actions.count("end") == actions.count("if") + actions.count("range")
+    user_text = template.slots["user"][-1].split("{{content}}")[0] if isinstance(template.slots["user"][-1], str) else ""
+    assert user_text in body and text.startswith("# Ollama Modelfile") and "FROM .\n" in text
+    assert f"PARAMETER stop \"{tokenizer.eos_token}\"" in text and text.endswith("PARAMETER num_ctx 2048\n")
