@@ -87,3 +87,19 @@ def test_a_template_the_jinja_cannot_write_is_named_at_export(trained_on_llama3,
     assert plain == "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
     with pytest.raises(TemplateError, match="future_format"):
         tokenizer.apply_chat_template(CONVERSATION[:1], tools=TOOLS, tokenize=False)
+
+
+def test_an_auto_template_run_keeps_the_tokenizers_own_chat_template(tiny_model_dir):
+    """`template: auto` trained with the tokenizer's chat template: the export keeps it, and says so."""
+    from transformers import AutoTokenizer
+
+    from tuneline.config import load_config
+    from tuneline.export_chat import prepare_chat
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    own = tokenizer.chat_template
+    config = load_config(None, {"model_name_or_path": str(tiny_model_dir), "dataset": "unused", "template": "auto"},
+                         check_paths=False)
+    chat, _ = prepare_chat(config, tokenizer)
+    assert tokenizer.chat_template == own and chat.record() == {
+        "template": "auto", "chat_template": "the tokenizer's own", "unwritable": []}

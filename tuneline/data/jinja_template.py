@@ -8,7 +8,7 @@ What a render equals: `Template.encode_oneturn`'s text, the prompt `tuneline cha
 For a reasoning template that means earlier answers lose their thoughts (as the families' own templates do), and the
 last answer without one gets the empty thought training added. A full conversation (ending with an answer) adds the
 eos of an `efficient_eos` template, as training did. Messages are OpenAI's: `system`, `user`, `assistant` (with
-`tool_calls`), `tool`; content a string (with `<image>`/`<video>` placeholders) or a list of text/image/video parts.
+`tool_calls`), `tool` (one message for a turn's results, as training rows hold them); content a string (with `<image>`/`<video>` placeholders) or a list of text/image/video parts.
 
 What cannot be written is named by `unwritable`: a tool format with no jinja writer, a media plugin whose processor
 form is unknown here, or a template field this generator does not read. The export reports it."""
@@ -149,6 +149,12 @@ def _first_turn(template: Template, tokenizer) -> str:
             "{%- set sys_text = system ~ (tool_text(tools) if tools else '') -%}" + place + "{%- endif -%}{%- endif -%}")
 
 
+_TOOL_ROLES = "('tool', 'observation', 'ipython')"
+_ONE_RESULT = ("{%- if loop.previtem is defined and loop.previtem['role'] in " + _TOOL_ROLES + " -%}"
+               "{{- raise_exception('several tool messages in a row: send the results of the calls of one turn as "
+               "one tool message (a JSON list of them), as training rows hold them') -}}{%- endif -%}")
+
+
 def chat_template(template: Template, tokenizer, today: str | None = None) -> str:
     """The jinja chat template that renders conversations as `template` encodes them for `tokenizer`. `today` is the
     date llama3's tool prompt writes; None writes the date of each render (`strftime_now`), as Llama's own does."""
@@ -167,7 +173,7 @@ def chat_template(template: Template, tokenizer, today: str | None = None) -> st
         "{%- for message in loop_messages -%}{%- set idx = loop.index0 // 2 -%}"
         "{%- set content = text_of(message['content']) -%}" + _first_turn(template, tokenizer)
         + "{%- if message['role'] == 'assistant' -%}" + _answer(template, tokenizer)
-        + "{%- elif message['role'] in ('tool', 'observation', 'ipython') -%}{{- " + observation + " -}}"
+        + "{%- elif message['role'] in " + _TOOL_ROLES + " -%}" + _ONE_RESULT + "{{- " + observation + " -}}"
         "{%- elif message['role'] == 'user' -%}{{- " + user + " -}}"
         "{%- else -%}{{- raise_exception('a ' ~ message['role'] ~ ' message cannot stand here: after an optional "
         "first system message, messages are user, assistant and tool') -}}{%- endif -%}{%- endfor -%}"

@@ -158,3 +158,19 @@ def test_every_template_has_an_ollama_modelfile(name, tokenizer):
     user_text = template.slots["user"][-1].split("{{content}}")[0] if isinstance(template.slots["user"][-1], str) else ""
     assert user_text in body and text.startswith("# Ollama Modelfile") and "FROM .\n" in text
     assert f"PARAMETER stop \"{tokenizer.eos_token}\"" in text and text.endswith("PARAMETER num_ctx 2048\n")
+
+
+def test_several_tool_messages_in_a_row_are_refused_not_misrendered(tokenizer):
+    """Training rows hold one observation for a turn's calls; two tool messages in a row have no trained form."""
+    from jinja2 import TemplateError
+
+    template = get_template("qwen", tokenizer)
+    tokenizer.chat_template = chat_template(template, tokenizer)
+    calls = [{"type": "function", "function": {"name": name, "arguments": {}}} for name in ("a", "b")]
+    chat = [{"role": "user", "content": "both"}, {"role": "assistant", "content": "", "tool_calls": calls},
+            {"role": "tool", "content": "1"}, {"role": "tool", "content": "2"}]
+    with pytest.raises(TemplateError, match="one tool message"):
+        tokenizer.apply_chat_template(chat, tokenize=False)
+    one = [*chat[:2], {"role": "tool", "content": "[1, 2]"}]
+    assert tokenizer.apply_chat_template(one, tokenize=False).endswith(
+        "<tool_response>\n[1, 2]\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
