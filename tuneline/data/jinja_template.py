@@ -33,7 +33,8 @@ PROCESSOR_PLACEHOLDERS: dict[str, tuple[str | None, str | None]] = {
 # the Template fields this generator reads; a new field set away from its default is reported, not silently dropped
 READ_FIELDS = {"name", "user", "assistant", "system", "function", "observation", "prefix", "default_system",
                "stop_words", "efficient_eos", "fuse_system", "replace_eos", "reasoning", "tool_format",
-               "thought_words", "tool_call_words", "today", "pt_eos", "mm_plugin", "slots", "native"}
+               "thought_words", "tool_call_words", "today", "pt_eos", "mm_plugin", "slots", "native",
+               "empty_thought", "enable_thinking", "preserve_thinking", "tools_slot"}
 
 
 @dataclass(frozen=True)
@@ -121,18 +122,49 @@ def _thought_macro(template: Template) -> str:
             "{%- endfor -%}{{- (ns.out ~ ns.rest).lstrip('\\n') -}}{%- endmacro -%}")
 
 
+def _thinking(template: Template) -> tuple[str, bool | None, bool]:
+    """(the empty thought, enable_thinking, preserve_thinking), with the defaults of templates that lack the switches."""
+    opening, closing = template.thought_words
+    empty = getattr(template, "empty_thought", None) or opening + closing
+    return empty, getattr(template, "enable_thinking", True), getattr(template, "preserve_thinking", False)
+
+
 def _answer(template: Template, tokenizer) -> str:
-    """The assistant branch: thoughts, then the answer or the calls in the template's tool format."""
+    """The assistant branch: thoughts, then the answer or the calls in the template's tool format. Thoughts as the
+    one-turn encoding writes them: earlier answers lose theirs (unless preserve_thinking), the last loses its own with
+    thinking off, and gets the empty thought when it has none."""
     out = ""
     if template.reasoning:
         opening, closing = template.thought_words
-        out += ("{%- if not loop.last -%}{%- set content = drop_thoughts(content) -%}{%- elif "
+        empty, enable, preserve = _thinking(template)
+        drop_last = "true" if enable is False else "false"
+        drop_history = "false" if preserve else "true"
+        out += ("{%- if (loop.last and " + drop_last + ") or (not loop.last and " + drop_history + ") -%}"
+                "{%- set content = drop_thoughts(content) -%}{%- endif -%}{%- if loop.last and "
                 + literal(opening.strip()) + " not in content and " + literal(closing.strip())
-                + " not in content -%}{{- " + literal(opening + closing) + " -}}{%- endif -%}")
+                + " not in content -%}{{- " + literal(empty) + " -}}{%- endif -%}")
     function = _slots_expression(template.slots["function"], tokenizer, "content", "idx")
     assistant = _slots_expression(template.slots["assistant"], tokenizer, "content", "idx")
     return (out + "{%- if message.get('tool_calls') -%}{%- set content = content ~ tool_calls(message['tool_calls']) -%}"
             "{{- " + function + " -}}{%- else -%}{{- " + assistant + " -}}{%- endif -%}")
+
+
+def _closing(template: Template, tokenizer) -> str:
+    """After the messages: the empty thought that closes a prompt when thinking is off, or the eos an
+    `efficient_eos` template adds once after a whole conversation."""
+    out = ""
+    if template.reasoning and not _thinking(template)[1]:
+        out += ("{%- if add_generation_prompt and loop_messages and loop_messages[-1]['role'] != 'assistant' -%}"
+                "{{- " + literal(_thinking(template)[0]) + " -}}{%- endif -%}")
+    if template.efficient_eos:
+        eos = _slots_expression((Special("eos"),), tokenizer, "''")
+        out += "{%- if loop_messages and loop_messages[-1]['role'] == 'assistant' -%}{{- " + eos + " -}}{%- endif -%}"
+    return out
+
+
+def _tools_given(template: Template) -> str:
+    """When the tool list is written: a format writes nothing for an empty list, a tools slot writes "[]" too."""
+    return "tools is not none" if getattr(template, "tools_slot", None) else "tools"
 
 
 def _first_turn(template: Template, tokenizer) -> str:
@@ -146,7 +178,7 @@ def _first_turn(template: Template, tokenizer) -> str:
     else:
         place = "{{- " + system + " -}}"
     return ("{%- if loop.first -%}{{- " + prefix + " -}}{%- if system or tools is not none -%}"
-            "{%- set sys_text = system ~ (tool_text(tools) if tools else '') -%}" + place + "{%- endif -%}{%- endif -%}")
+            "{%- set sys_text = system ~ (tool_text(tools) if " + _tools_given(template) + " else '') -%}" + place + "{%- endif -%}{%- endif -%}")
 
 
 _TOOL_ROLES = "('tool', 'observation', 'ipython')"
@@ -160,10 +192,13 @@ def chat_template(template: Template, tokenizer, today: str | None = None) -> st
     date llama3's tool prompt writes; None writes the date of each render (`strftime_now`), as Llama's own does."""
     tools = JINJA_TOOL_FORMATS.get(template.tool_format) or refusing_tools(
         f"tool format '{template.tool_format}' has no chat-template writer")
+    if slot := getattr(template, "tools_slot", None):  # the tool list as JSON in a slot, not in the format's words
+        head, _, tail = slot.partition("{{content}}")
+        tools += ("{%- macro tool_text(tools) -%}{{- " + literal(head) + " ~ tools | tojson ~ " + literal(tail)
+                  + " -}}{%- endmacro -%}")  # defined after the format's, so this one is called
     date = literal(today) if today else "strftime_now('%d %b %Y')"
     user = _slots_expression(template.slots["user"], tokenizer, "content", "idx")
     observation = _slots_expression(template.slots["observation"], tokenizer, "content", "idx")
-    eos = _slots_expression((Special("eos"),), tokenizer, "''")
     body = (
         "{%- set today = " + date + " -%}"
         "{%- if messages and messages[0]['role'] == 'system' -%}{%- set system = text_of(messages[0]['content']) -%}"
@@ -178,7 +213,4 @@ def chat_template(template: Template, tokenizer, today: str | None = None) -> st
         "{%- else -%}{{- raise_exception('a ' ~ message['role'] ~ ' message cannot stand here: after an optional "
         "first system message, messages are user, assistant and tool') -}}{%- endif -%}{%- endfor -%}"
     )
-    if template.efficient_eos:
-        body += ("{%- if loop_messages and loop_messages[-1]['role'] == 'assistant' -%}{{- " + eos
-                 + " -}}{%- endif -%}")
-    return _content_macro(template) + _thought_macro(template) + tools + body
+    return _content_macro(template) + _thought_macro(template) + tools + body + _closing(template, tokenizer)

@@ -81,7 +81,7 @@ def check_row(tokenizer, template, example, as_trained=lambda message: message) 
     for end in range(2, len(messages) + 1, 2):
         turn = messages[:end]
         try:
-            pieces = template.pieces([as_trained(m) for m in turn], system, tools, drop_history_thoughts=True)
+            pieces = template.pieces([as_trained(m) for m in turn], system, tools, True)  # one-turn encoding
         except ToolDataError:
             with pytest.raises((TemplateError, ToolDataError)):  # a call only the data form holds, or one the format refuses
                 rendered(tokenizer, template, turn, system, tools, False)
