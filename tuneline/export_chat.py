@@ -40,11 +40,17 @@ class ChatExport:
         return [f"the chat template cannot write {gap.part}: {gap.consequence}" for gap in self.unwritable]
 
 
+def _run_template(data, tokenizer):
+    """The run's template as training built it, with the thinking switches where the config has them."""
+    switches = {key: getattr(data, key) for key in ("enable_thinking", "preserve_thinking") if hasattr(data, key)}
+    return get_template(data.template, tokenizer, data.tool_format, data.default_system, data.tool_date, **switches)
+
+
 def prepare_chat(config: RunConfig, tokenizer, processor=None) -> tuple[ChatExport, object]:
     """Sets the training template as `tokenizer`'s (and `processor`'s) chat_template before they are saved; returns
     what was done and the template, for `write_chat_files`."""
     data = config.data
-    template = get_template(data.template, tokenizer, data.tool_format, data.default_system, data.tool_date)
+    template = _run_template(data, tokenizer)
     if data.template in AUTO and isinstance(getattr(tokenizer, "chat_template", None), str):
         return ChatExport(template.name, "the tokenizer's own"), template
     jinja = chat_template(template, tokenizer, data.tool_date)
