@@ -213,4 +213,7 @@ def chat_template(template: Template, tokenizer, today: str | None = None) -> st
         "{%- else -%}{{- raise_exception('a ' ~ message['role'] ~ ' message cannot stand here: after an optional "
         "first system message, messages are user, assistant and tool') -}}{%- endif -%}{%- endfor -%}"
     )
-    return _content_macro(template) + _thought_macro(template) + tools + body + _closing(template, tokenizer)
+    header = (f"{{#- tuneline's '{template.name}' template, written from the definition training encoded with: "
+              "OpenAI-style messages (system, user, assistant with tool_calls, tool), tools=, add_generation_prompt "
+              "-#}")
+    return header + _content_macro(template) + _thought_macro(template) + tools + body + _closing(template, tokenizer)
