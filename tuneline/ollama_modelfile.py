@@ -33,10 +33,11 @@ def go_template(template: Template, tokenizer) -> str:
     head = prefix
     if template.fuse_system:
         fused = _go_slots(tuple(s for s in template.slots["system"] if isinstance(s, str)), tokenizer, system)
-        user_content = "{{ if and (eq $i 0) $.System }}" + fused + "{{ end }}{{ .Content }}"
+        head += "{{ $first := true }}"  # .Messages may hold the system message too: the first user turn, not index 0
+        user_content = "{{ if and $first $.System }}" + fused + "{{ end }}{{ $first = false }}{{ .Content }}"
     else:
         head += "{{ if .System }}" + _go_slots(template.slots["system"], tokenizer, system) + "{{ end }}"
-    return (head + "{{ range $i, $m := .Messages }}"
+    return (head + "{{ range .Messages }}"
             + '{{ if eq .Role "user" }}' + _go_slots(template.slots["user"], tokenizer, user_content)
             + '{{ else if eq .Role "assistant" }}' + _go_slots(template.slots["assistant"], tokenizer, "{{ .Content }}")
             + '{{ else if eq .Role "tool" }}' + _go_slots(template.slots["observation"], tokenizer, "{{ .Content }}")

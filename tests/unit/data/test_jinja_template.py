@@ -155,6 +155,7 @@ def test_every_template_has_an_ollama_modelfile(name, tokenizer):
     body = re.search(r'TEMPLATE """(.*?)"""', text, re.DOTALL).group(1)
     actions = re.findall(r"\{\{ ?(if|range|end|else)", body)
     assert actions.count("end") == actions.count("if") + actions.count("range")
+    assert body.count("{{") == body.count("}}")
     user_text = template.slots["user"][-1].split("{{content}}")[0] if isinstance(template.slots["user"][-1], str) else ""
     assert user_text in body and text.startswith("# Ollama Modelfile") and "FROM .\n" in text
     assert f"PARAMETER stop \"{tokenizer.eos_token}\"" in text and text.endswith("PARAMETER num_ctx 2048\n")
