@@ -8,7 +8,8 @@ What a render equals: `Template.encode_oneturn`'s text, the prompt `tuneline cha
 For a reasoning template that means earlier answers lose their thoughts (as the families' own templates do), and the
 last answer without one gets the empty thought training added. A full conversation (ending with an answer) adds the
 eos of an `efficient_eos` template, as training did. Messages are OpenAI's: `system`, `user`, `assistant` (with
-`tool_calls`), `tool` (one message for a turn's results, as training rows hold them); content a string (with `<image>`/`<video>` placeholders) or a list of text/image/video parts.
+`tool_calls`), `tool` (one message for a turn's results, as training rows hold them); content a string (with
+`<image>`/`<video>` placeholders) or a list of text/image/video parts.
 
 What cannot be written is named by `unwritable`: a tool format with no jinja writer, a media plugin whose processor
 form is unknown here, or a template field this generator does not read. The export reports it."""
@@ -93,8 +94,9 @@ def special_text(tokenizer, special: Special) -> str:
 
 def _content_macro(template: Template) -> str:
     """`text_of(content)`: a message's text, media written as the model's processor expects them."""
-    image, video = PROCESSOR_PLACEHOLDERS.get(template.mm_plugin, (None, None)) if template.mm_plugin else (None, None)
-    refuse = "{{- raise_exception('this model reads text only: a message holds a(n) ' ~ part['type'] ~ ' part') -}}"
+    image, video = PROCESSOR_PLACEHOLDERS.get(template.mm_plugin or "", (None, None))
+    refuse = ("{{- raise_exception('this chat template writes no ' ~ part['type'] ~ ' part: the model was trained on "
+              "text only, or with a media plugin it has no writer for') -}}")
     image_part = "{{- " + literal(image) + " -}}" if image else refuse
     video_part = "{{- " + literal(video) + " -}}" if video else refuse
     string = "content"
