@@ -3,8 +3,9 @@ its training template, as LLaMA-Factory's exports allow.
 
 Ollama formats prompts with a Go template of its own, not the jinja chat template, so this writes one from the same
 declarative slots: prefix, system turn (or the system text fused into the first user turn), user, assistant and tool
-turns. Go templates cannot write the tool formats or strip earlier thoughts, so tool lists, tool calls and thoughts are
-left to the jinja chat template (and to `tuneline api`); the file says so in its header."""
+turns, and the empty thought that closes a prompt when thinking is off. Go templates cannot write the tool formats or
+strip earlier thoughts, so tool lists, tool calls and earlier thoughts are left to the jinja chat template (and to
+`tuneline api`); the file says so in its header."""
 
 from __future__ import annotations
 
@@ -37,11 +38,21 @@ def go_template(template: Template, tokenizer) -> str:
         user_content = "{{ if and $first $.System }}" + fused + "{{ end }}{{ $first = false }}{{ .Content }}"
     else:
         head += "{{ if .System }}" + _go_slots(template.slots["system"], tokenizer, system) + "{{ end }}"
-    return (head + "{{ range .Messages }}"
-            + '{{ if eq .Role "user" }}' + _go_slots(template.slots["user"], tokenizer, user_content)
+    closing = _prompt_closing(template)
+    return (head + "{{ range $i, $m := .Messages }}"
+            + '{{ if eq .Role "user" }}' + _go_slots(template.slots["user"], tokenizer, user_content) + closing
             + '{{ else if eq .Role "assistant" }}' + _go_slots(template.slots["assistant"], tokenizer, "{{ .Content }}")
             + '{{ else if eq .Role "tool" }}' + _go_slots(template.slots["observation"], tokenizer, "{{ .Content }}")
-            + "{{ end }}{{ end }}")
+            + closing + "{{ end }}{{ end }}")
+
+
+def _prompt_closing(template: Template) -> str:
+    """The empty thought that ends a prompt when a reasoning template's thinking is off, after the last message."""
+    if not template.reasoning or getattr(template, "enable_thinking", True):
+        return ""
+    opening, closing = template.thought_words
+    empty = getattr(template, "empty_thought", None) or opening + closing
+    return "{{ if eq (len (slice $.Messages $i)) 1 }}" + empty + "{{ end }}"
 
 
 def modelfile(template: Template, tokenizer, context_length: int) -> str:
