@@ -134,9 +134,12 @@ def _preview(args) -> int:
 
 
 def _export(args) -> int:
-    from tuneline.export import export_model
+    from tuneline.export import export_model, export_warnings
 
-    print(export_model(load_config(args.config, args.overrides)))
+    folder = export_model(load_config(args.config, args.overrides))
+    for warning in export_warnings(folder):
+        print(f"warning: {warning}", file=sys.stderr)
+    print(folder)
     return 0
 
 

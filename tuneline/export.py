@@ -95,7 +95,9 @@ def _merged_model(config: RunConfig, tokenizer):
 
 
 def export_model(config: RunConfig) -> Path:
-    """Write the merged model (safetensors shards of `export_size` GB, or .bin) and tokenizer to `export_dir`."""
+    """Write the merged model (safetensors shards of `export_size` GB, or .bin) and tokenizer to `export_dir`, the
+    tokenizer speaking the training template (`export_chat`)."""
+    from tuneline.export_chat import prepare_chat, stop_at_turn_ends, write_chat_files
     from tuneline.model.processor import load_processor, save_processor
     from tuneline.model.tokenizer import load_tokenizer
 
@@ -106,18 +108,28 @@ def export_model(config: RunConfig) -> Path:
         config, trained_in = trained_model_config(config, Path(scratch))
         tokenizer = load_tokenizer(config.model)
         model = _merged_model(config, tokenizer).to(_saved_dtype(config))
+        processor = load_processor(config, tokenizer)
+        chat, template = prepare_chat(config, tokenizer, processor)
+        stop_at_turn_ends(model, template, tokenizer)
         model.save_pretrained(str(tmp), max_shard_size=f"{config.model.export_size}GB")
         tokenizer.save_pretrained(str(tmp))
-        if (processor := load_processor(config, tokenizer)) is not None:  # a vision-language model reads images
-            save_processor(processor, tmp)
+        save_processor(processor, tmp)  # a vision-language model reads images; None writes nothing
+        write_chat_files(tmp, chat, template, tokenizer, config)
     if config.model.export_legacy_format:
         _to_legacy_bin(tmp)
     record = {"model_name_or_path": config.model.model_name_or_path, "trained_in": trained_in,
               "adapters": split_names(config.model.adapter_name_or_path), "dtype": str(model.dtype),
-              "legacy_format": config.model.export_legacy_format}
+              "legacy_format": config.model.export_legacy_format, **chat.record()}
     (tmp / EXPORT_RECORD).write_text(json.dumps(record, indent=2))
     if target.exists():
         shutil.rmtree(target)
     os.replace(tmp, target)
     logger.info("exported the merged model to %s", target)
     return target
+
+
+def export_warnings(folder: Path) -> list[str]:
+    """What the export's chat template cannot write, and what that means for serving, from its record."""
+    record = json.loads((Path(folder) / EXPORT_RECORD).read_text())
+    return [f"the chat template cannot write {gap['part']}: {gap['consequence']} (see SERVING.md)"
+            for gap in record.get("unwritable", [])]
