@@ -20,7 +20,8 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_mo
 
 # Keys that change which weights load, whatever the finetuning.
 LOAD_KEYS = ("model_revision", "quantization_bit", "quantization_type", "double_quantization", "resize_vocab",
-             "add_special_tokens", "trust_remote_code")
+             "add_special_tokens", "add_tokens", "new_special_tokens_config", "init_special_tokens",
+             "trust_remote_code")
 # Keys that change what the finetuning starts from and which parameters train.
 FINETUNING_KEYS = (
     "finetuning_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
