@@ -1,7 +1,8 @@
 """liger-kernel (`enable_liger_kernel`) and FP8 training (`fp8`, `fp8_backend`, `fp8_enable_fsdp_float8_all_gather`),
 both handed to the libraries that own them through their public switches: transformers' `use_liger_kernel` (the
-Trainer patches the model instance with liger's kernels for its model type) and accelerate's FP8 environment (what
-`accelerate launch --mixed_precision fp8 --fp8_backend ...` sets; the Trainer's Accelerator reads it).
+Trainer patches the model instance with liger's kernels for its model type) and accelerate's launcher
+(`accelerate launch --mixed_precision fp8 --fp8_backend ...`, tuneline.fp8_launch; the Trainer's Accelerator reads
+the environment it sets).
 
 Both need a CUDA GPU; tuneline.requirements refuses them before a run starts where there is none."""
 
@@ -9,10 +10,6 @@ from __future__ import annotations
 
 import os
 from typing import Any
-
-# LLaMA-Factory's fp8_backend names -> accelerate's ACCELERATE_FP8_BACKEND values ('auto': accelerate picks
-# torchao, then Transformer Engine, then MS-AMP, whichever is installed)
-FP8_BACKENDS = {"auto": None, "torchao": "AO", "te": "TE", "msamp": "MSAMP"}
 
 
 def needs_logits(config) -> bool:
@@ -34,25 +31,15 @@ def liger_arguments(config) -> dict[str, Any]:
     return {"use_liger_kernel": True, "liger_kernel_config": kernels or None}
 
 
-def fp8_environment(config) -> dict[str, str]:
-    """accelerate's FP8 settings for this run; {} without `fp8`."""
-    ft = config.finetuning
-    if not ft.fp8:
-        return {}
-    env = {"ACCELERATE_MIXED_PRECISION": "fp8"}
-    if FP8_BACKENDS[ft.fp8_backend]:
-        env["ACCELERATE_FP8_BACKEND"] = FP8_BACKENDS[ft.fp8_backend]
-    if ft.fp8_enable_fsdp_float8_all_gather:
-        env["ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER"] = "true"
-    return env
-
-
 def apply_liger_and_fp8(kwargs: dict[str, Any], config) -> dict[str, Any]:
-    """TrainingArguments keyword arguments with liger's switches added; under `fp8` the FP8 environment set in this
-    training process and bf16/fp16 autocast left to it (transformers would otherwise ask accelerate for bf16)."""
+    """TrainingArguments keyword arguments with liger's switches added; under `fp8` bf16/fp16 autocast is left to
+    accelerate's FP8 (transformers would otherwise ask it for bf16), which the launch must have set."""
+    from tuneline.errors import ConfigError
+
     kwargs.update(liger_arguments(config))
-    environment = fp8_environment(config)
-    if environment:
-        os.environ.update(environment)
+    if config.finetuning.fp8:
+        if os.environ.get("ACCELERATE_MIXED_PRECISION") != "fp8":
+            raise ConfigError("'fp8: true' is set up by the launcher: start the training with `tuneline train`, or "
+                              "`accelerate launch --mixed_precision fp8`", source=config.source)
         kwargs["bf16"] = kwargs["fp16"] = False
     return kwargs
