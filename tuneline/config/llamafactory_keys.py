@@ -6,18 +6,20 @@ are refused, all in one message, so that a user reads every one at once (never "
 
 from __future__ import annotations
 
+from tuneline.config.args import GROUPS
+
 _EVAL = ("it belongs to `llamafactory-cli eval` (MMLU, CMMLU, C-Eval benchmarks), which tuneline does not run; "
          "tuneline evaluates on your validation split ('val_size', 'eval_dataset') and scores generated answers "
          "(`evaluate` step)")
-_SERVING = ("it configures a serving engine of LLaMA-Factory's chat API; tuneline trains with transformers and "
-            "serves with `tuneline api` (its 'infer_backend')")
+_SERVING = ("it configures a serving engine of LLaMA-Factory's chat API; tuneline serves a trained model with "
+            "`tuneline api`, whose engine 'infer_backend' chooses")
 _SWANLAB = "it configures SwanLab; tuneline records every run in MLflow ('mlflow_tracking_uri', 'mlflow_experiment')"
 _KTRANSFORMERS = "it configures KTransformers (CPU/GPU hybrid MoE training), which tuneline does not run"
 _EXPORT_QUANT = ("it quantizes the export with GPTQ; `tuneline export` writes the merged model in full precision: "
                  "quantize it afterwards with your serving stack's tool")
 
 # key -> (the value that means off, why it is refused and what to do instead)
-REFUSED: dict[str, tuple[object, str]] = {
+_REFUSED: dict[str, tuple[object, str]] = {
     **dict.fromkeys(("task", "task_dir", "batch_size", "lang", "n_shot", "save_dir", "download_mode"), (None, _EVAL)),
     **{key: (None, _SERVING) for key in ("vllm_maxlen", "vllm_gpu_util", "vllm_max_lora_rank", "vllm_config",
                                           "sglang_maxlen", "sglang_mem_fraction", "sglang_tp_size", "sglang_config",
@@ -50,11 +52,14 @@ REFUSED: dict[str, tuple[object, str]] = {
     "compute_dtype": (None, "the compute precision follows 'bf16', 'fp16' or 'pure_bf16'"),
     "device_map": (None, "the launcher places the model: one process per GPU ('num_processes'), DeepSpeed or FSDP "
                          "to shard it"),
-}
 
-# A place-holder for a key another part of tuneline is due to honour: refused until then, and never "unknown".
-REFUSED.setdefault("preserve_thinking", (False, "tuneline's templates drop the reasoning of earlier assistant turns, "
-                                                "as the models' own chat templates do"))
+    # until the templates keep earlier turns' reasoning on request
+    "preserve_thinking": (False, "tuneline's templates drop the reasoning of earlier assistant turns, as the models' "
+                                 "own chat templates do"),
+}
+# A key that one of tuneline's argument groups holds is honoured there, and never refused here.
+_HONOURED = {name for group in GROUPS.values() for name in group.__dataclass_fields__}
+REFUSED = {key: rule for key, rule in _REFUSED.items() if key not in _HONOURED}
 
 
 def refused_problems(found: dict[str, object], why: dict[str, str]) -> list[str]:

@@ -59,7 +59,7 @@ class SFTTrainer(TunelineTrainer):
             self.asft_reference = frozen_copy(self.model)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.asft_reference is not None and model.training:
+        if self.asft_reference is not None:  # evaluated with it too, as LLaMA-Factory does
             return self.anchored_loss(model, inputs, return_outputs)
         if return_outputs or not self.projects_label_positions_only:  # evaluation keeps every position's logits
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
