@@ -89,3 +89,15 @@ def test_token_keys_that_cannot_work_are_refused(tiny_model_dir, tmp_path, keys,
     keys = {key: str(places.get(value, value)) for key, value in keys.items()}
     with pytest.raises(ConfigError, match=refused):
         _config(tiny_model_dir, tmp_path, **keys)
+
+
+def test_edited_descriptions_change_the_models_key(tiny_model_dir, tmp_path):
+    """The same file with other descriptions starts the new rows elsewhere: a cached training must not stand for it."""
+    from tuneline.model.fingerprint import model_fingerprint
+
+    (tmp_path / "tokens.yaml").write_text(DESCRIPTIONS)
+    config = _config(tiny_model_dir, tmp_path, new_special_tokens_config=str(tmp_path / "tokens.yaml"),
+                     init_special_tokens="desc_init")
+    before = model_fingerprint(config)
+    (tmp_path / "tokens.yaml").write_text(DESCRIPTIONS.replace("picture", "drawing"))
+    assert model_fingerprint(config) != before

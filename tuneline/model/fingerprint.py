@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tuneline.config import RunConfig
 from tuneline.config.args import ModelArgs
+from tuneline.config.feature_keys import token_descriptions
 from tuneline.config.run_config import split_names
 from tuneline.fingerprint import FileHasher, fingerprint
 from tuneline.hub_revision import model_commit
@@ -59,7 +60,8 @@ def model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None, *, 
     adapter_hashes = [_source_hash(a, ADAPTER_FILES, hasher, "adapter_name_or_path", margs) for a in adapter_list]
     hasher.save()
     keys = LOAD_KEYS + (FINETUNING_KEYS if include_finetuning else ())
-    return fingerprint("model", base, adapter_hashes, config.slice(*keys))
+    descriptions = token_descriptions(margs.new_special_tokens_config)  # edited in place: new starting rows
+    return fingerprint("model", base, adapter_hashes, config.slice(*keys), *([descriptions] if descriptions else []))
 
 
 def reward_model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None) -> str | None:
