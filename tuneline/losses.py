@@ -131,21 +131,74 @@ def _policy_rewards(chosen_logps, rejected_logps, beta):
 # --- sft
 
 
-def dft_loss(outputs, labels, num_items_in_batch=None):
-    """Dynamic Fine-Tuning (Wu et al. 2025, LLaMA-Factory's `use_dft_loss`): each label token's cross-entropy
-    weighted by its probability under the model, detached, so confident tokens count more; summed over the label
-    tokens and divided by `num_items_in_batch` (the Trainer's count over the accumulated batches), else averaged.
-    `outputs` holds the model's logits; labels are unshifted (-100 never counts)."""
+def _label_token_losses(outputs, labels):
+    """(each label token's cross-entropy, the logits at those positions); labels unshifted, -100 never counts."""
     import torch
 
     logits = outputs["logits"].float()
     next_labels = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:].reshape(-1).to(logits.device)
-    per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), next_labels,
-                                                  ignore_index=-100, reduction="none")
-    counted = per_token[next_labels != -100]
-    if counted.numel() == 0:
-        return logits.sum() * 0.0  # keeps the graph: a batch without label tokens trains nothing
-    weighted = counted * torch.exp(-counted.detach())
+    flat = logits.reshape(-1, logits.size(-1))
+    counted = next_labels != -100
+    per_token = torch.nn.functional.cross_entropy(flat[counted], next_labels[counted], reduction="none")
+    return per_token, flat[counted], logits
+
+
+def _reduce(weighted, num_items_in_batch):
+    """Summed over the label tokens and divided by `num_items_in_batch` (the Trainer's count over the accumulated
+    batches), else averaged."""
+    import torch
+
     if num_items_in_batch is None:
         return weighted.mean()
     return weighted.sum() / torch.as_tensor(num_items_in_batch, device=weighted.device)
+
+
+def dft_loss(outputs, labels, num_items_in_batch=None):
+    """Dynamic Fine-Tuning (Wu et al. 2025, LLaMA-Factory's `use_dft_loss`): each label token's cross-entropy
+    weighted by its probability under the model, detached, so confident tokens count more. `outputs` holds the
+    model's logits; labels are unshifted (-100 never counts)."""
+    import torch
+
+    counted, _, logits = _label_token_losses(outputs, labels)
+    if counted.numel() == 0:
+        return logits.sum() * 0.0  # keeps the graph: a batch without label tokens trains nothing
+    return _reduce(counted * torch.exp(-counted.detach()), num_items_in_batch)
+
+
+EAFT_TOP_K = 20  # the entropy is estimated over the 20 likeliest next tokens
+EAFT_SCALE = 3.0  # and divided by 3 (about log 20), so that a flat top-20 weighs about 1
+
+
+def eaft_loss(outputs, labels, num_items_in_batch=None, alpha: float = 1.0):
+    """Entropy-Adaptive Fine-Tuning (LLaMA-Factory's `use_eaft_loss`): each label token's cross-entropy weighted by
+    (H / 3) ** alpha, H the entropy of the model's next-token distribution renormalised over its top 20 logits,
+    detached: where the model is unsure, the token counts more; where it is sure (and maybe confidently wrong, a
+    fact it already holds), less."""
+    import torch
+
+    counted, position_logits, logits = _label_token_losses(outputs, labels)
+    if counted.numel() == 0:
+        return logits.sum() * 0.0
+    with torch.no_grad():
+        top = torch.topk(position_logits, k=min(EAFT_TOP_K, position_logits.size(-1)), dim=-1).values
+        log_probs = torch.log_softmax(top, dim=-1)
+        entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
+        weights = (entropy / EAFT_SCALE) ** alpha
+    return _reduce(counted * weights, num_items_in_batch)
+
+
+def asft_loss(outputs, labels, reference_logits, alpha: float = 0.1):
+    """Anchored SFT (LLaMA-Factory's `use_asft_loss`): the DFT loss, averaged over the label tokens, plus alpha
+    times KL(reference || model) of the full next-token distributions at those tokens, averaged the same way. The
+    reference is the model as it was before training, so the anchor keeps DFT's reweighting from drifting far."""
+    import torch
+
+    counted, position_logits, logits = _label_token_losses(outputs, labels)
+    if counted.numel() == 0:
+        return logits.sum() * 0.0
+    dft = (counted * torch.exp(-counted.detach())).mean()
+    next_labels = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:].reshape(-1).to(logits.device)
+    reference = reference_logits.float().reshape(-1, reference_logits.size(-1))[next_labels != -100]
+    kl = torch.nn.functional.kl_div(torch.log_softmax(position_logits, dim=-1), torch.softmax(reference, dim=-1),
+                                    reduction="none").sum(dim=-1)
+    return dft + alpha * kl.mean()

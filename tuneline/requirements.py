@@ -37,6 +37,35 @@ def attention_problem(name: str, cuda: bool) -> str | None:
     return None
 
 
+def liger_problem(enabled: bool, cuda: bool) -> str | None:
+    if not enabled:
+        return None
+    if not cuda:
+        return ("'enable_liger_kernel: true' runs liger-kernel's Triton kernels, which run on a CUDA GPU only, and none "
+                "is visible here; remove it (on the CPU transformers' own kernels train the model)")
+    if not installed("liger_kernel"):
+        return "'enable_liger_kernel: true' needs the liger-kernel package: `pip install -e '.[liger]'`"
+    return None
+
+
+# fp8_backend -> the modules that provide it
+FP8_PACKAGES = {"torchao": ("torchao",), "te": ("transformer_engine",), "msamp": ("msamp",),
+                "auto": ("torchao", "transformer_engine", "msamp")}
+
+
+def fp8_problem(ft, cuda: bool) -> str | None:
+    if not ft.fp8:
+        return None
+    if not cuda:
+        return ("'fp8: true' trains with FP8 matrix multiplies, which need a CUDA GPU with FP8 tensor cores (Ada, "
+                "Hopper or newer), and none is visible here; remove it, or use 'bf16: true'")
+    if not any(installed(module) for module in FP8_PACKAGES[ft.fp8_backend]):
+        return (f"'fp8: true' with 'fp8_backend: {ft.fp8_backend}' needs "
+                + ("torchao, Transformer Engine or MS-AMP" if ft.fp8_backend == "auto" else ft.fp8_backend)
+                + " installed: `pip install -e '.[fp8]'` (torchao, one of accelerate's FP8 backends)")
+    return None
+
+
 # finetuning key -> (modules it imports, comma-separated; the pip package; tuneline's extra that installs it)
 OPTIMIZER_PACKAGES = {
     "use_badam": ("badam", "badam", "badam"),
@@ -54,6 +83,7 @@ def missing_requirements(config, cuda: bool) -> list[str]:
     if config.training.get("fp16") and not cuda:
         problems.append("'fp16: true' needs a CUDA GPU and none is visible; on CPU use 'bf16: true' or neither")
     problems += deepspeed_problems(config.training.get("deepspeed"))
+    problems += [liger_problem(config.model.enable_liger_kernel, cuda), fp8_problem(config.finetuning, cuda)]
     problems += [f"'{key}: true' needs the {package} package: `pip install -e '.[{extra}]'` (or `pip install "
                  f"{package}`)" for key, (module, package, extra) in OPTIMIZER_PACKAGES.items()
                  if getattr(config.finetuning, key) and not all(installed(name) for name in module.split(","))]

@@ -61,7 +61,9 @@ COSMETIC_KEYS = frozenset({
     "include_num_input_tokens_seen", "hf_hub_token", "cache_dir", "export_dir", "export_size", "export_device",
     "export_legacy_format", "plot_loss", "include_effective_tokens_per_second", "per_device_eval_batch_size",
     "eval_accumulation_steps", "ddp_timeout", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
-    "discard_checkpoints",
+    "discard_checkpoints", "use_kv_cache", "enable_torch_profiler", "profiler_output_dir", "profiler_wait_steps",
+    "profiler_warmup_steps", "profiler_active_steps", "profiler_repeat", "profiler_record_shapes",
+    "profiler_profile_memory", "profiler_with_stack",
 })
 # When evaluations run: cosmetic too, unless an evaluation decides the weights (best model, early stopping).
 EVAL_SCHEDULE_KEYS = frozenset({"eval_steps", "eval_strategy", "eval_delay", "eval_on_start", "eval_do_concat_batches"})

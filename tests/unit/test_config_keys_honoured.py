@@ -78,6 +78,12 @@ CONTEXTS: dict[str, dict[str, Any]] = {
     "simpo_gamma": {**PREF, "pref_loss": "simpo"},
     **dict.fromkeys(["ref_model_adapters", "ref_model_quantization_bit"], {**PREF, "ref_model": "<model>"}),
     **dict.fromkeys(["kto_chosen_weight", "kto_rejected_weight"], KTO),
+    "eaft_alpha": {"use_eaft_loss": True}, "asft_alpha": {"use_asft_loss": True},
+    "init_special_tokens": {"new_special_tokens_config": "<tokens>"},
+    **dict.fromkeys(["fp8_backend", "fp8_enable_fsdp_float8_all_gather"], {"fp8": True}),
+    **dict.fromkeys(["profiler_output_dir", "profiler_wait_steps", "profiler_warmup_steps", "profiler_active_steps",
+                     "profiler_repeat", "profiler_record_shapes", "profiler_profile_memory", "profiler_with_stack"],
+                    {"enable_torch_profiler": True}),
     **dict.fromkeys(["reward_model", "reward_model_type", "reward_model_adapters", "ppo_buffer_size", "ppo_epochs",
                      "ppo_score_norm", "ppo_target", "ppo_init_kl_coef", "ppo_whiten_rewards"], PPO),
     **dict.fromkeys(["generation_max_length", "generation_num_beams", "skip_special_tokens"],
@@ -106,6 +112,7 @@ CONTEXTS: dict[str, dict[str, Any]] = {
 VALUES: dict[str, Any] = {
     "model_name_or_path": "<model2>", "adapter_name_or_path": "<adapter>", "adapter_folder": "<adapter>",
     "cache_dir": "<tmp>/hub", "model_revision": "v2", "hf_hub_token": "hf_token", "add_special_tokens": "<|x|>",
+    "add_tokens": "svgpath", "new_special_tokens_config": "<tokens>", "profiler_output_dir": "<tmp>/traces",
     "export_dir": "<tmp>/export", "dataset": "demo_sharegpt", "eval_dataset": "demo_sft_eval",
     "dataset_dir": "<data2>", "template": "chatml", "val_size": 4, "tool_format": "qwen", "tool_date": "26 Jul 2024", "max_samples": 8,
     "default_system": "Be brief.", "tokenized_path": "<tmp>/tokenized", "pad_to_multiple_of": 8, "media_dir": "<media2>",
@@ -178,6 +185,16 @@ RUNTIME: dict[str, str] = {
                    "test_the_flow_publishes_the_model_and_its_card_once_and_records_where",
     **dict.fromkeys(["hub_model_id", "hub_private_repo", "hub_token"],
                     "tests/unit/test_publish.py::test_the_final_model_and_the_card_are_uploaded_to_a_private_repo"),
+    # ASFT's KL term, zero until the model moves from its frozen copy (the first step)
+    "asft_alpha": "tests/unit/train/test_sft_anchored_losses.py::"
+                  "test_asft_loss_anchors_to_the_model_before_training_also_when_resumed",
+    # the rows of new tokens, which the batch's loss (rounded) does not show
+    "init_special_tokens": "tests/unit/test_new_tokens.py::"
+                           "test_described_tokens_start_from_their_descriptions_and_the_others_from_the_noisy_mean",
+    **dict.fromkeys(["enable_torch_profiler", "profiler_output_dir", "profiler_wait_steps", "profiler_warmup_steps",
+                     "profiler_active_steps", "profiler_repeat", "profiler_record_shapes", "profiler_profile_memory",
+                     "profiler_with_stack"], "tests/unit/train/test_torch_profiler.py::"
+                                             "test_traces_follow_the_profiler_keys_and_reach_mlflow"),
     "hub_revision": "tests/unit/test_publish.py::"
                     "test_without_hub_model_id_the_repo_is_named_after_output_dir_under_the_tokens_user",
 }
@@ -193,6 +210,11 @@ MACHINE: dict[str, str] = {
     "ddp_backend": "a process group, which only a launch of several processes has",
     "use_vllm": "vLLM generation needs a CUDA GPU (refused without one: test_grpo.py)",
     "vllm_mode": "how vLLM runs, under use_vllm, which needs a CUDA GPU",
+    "enable_liger_kernel": "liger-kernel's Triton kernels need a CUDA GPU (refused without one; the arguments it "
+                           "hands the Trainer: test_liger_and_fp8.py)",
+    **dict.fromkeys(["fp8", "fp8_backend", "fp8_enable_fsdp_float8_all_gather"],
+                    "FP8 matmuls need a CUDA GPU with FP8 tensor cores (refused without one; the launch flags and "
+                    "training arguments: test_liger_and_fp8.py)"),
 }
 
 # --- what runs, read from the objects a run is built from
@@ -437,8 +459,8 @@ def inference_loading(config, tokenizer) -> dict:
     from tuneline.model import load_model
 
     with Recorder(AutoModelForCausalLM).active() as recorder:
-        load_model(config, tokenizer, is_trainable=False, adapters="")
-    return {"loaded_with": recorder.calls}
+        model = load_model(config, tokenizer, is_trainable=False, adapters="")
+    return {"loaded_with": recorder.calls, "use_cache": (model.config.use_cache, model.generation_config.use_cache)}
 
 
 def training_built(config, tokenizer, step: bool = False) -> dict:
@@ -523,11 +545,13 @@ def world(tiny_model_dir, tmp_path_factory):
     (tmp / "accelerate.yaml").write_text("distributed_type: NO\nnum_processes: 1\n")
     (tmp / "rewards.py").write_text("def letter_share(completions, **kwargs):\n    return [0.0 for _ in completions]\n")
     (tmp / "zero2.json").write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    (tmp / "tokens.yaml").write_text("<|svg_start|>: the beginning of a picture\n")
     vlm = build_tiny_vlm(tmp / "vlm", "gemma3")  # image rows need a vision-language model
     places = {"<model2>": str(other), "<model>": str(tiny_model_dir), "<vlm>": str(vlm), "<adapter>": str(tmp / "adapter"),
               "<data2>": str(tmp / "data2"), "<media_data>": str(tmp / "media_data"), "<media2>": str(tmp / "media2"),
               "<rm_config>": str(tmp / "rm.yaml"), "<rewards>": str(tmp / "rewards.py"),
-              "<accelerate>": str(tmp / "accelerate.yaml"), "<zero2>": str(tmp / "zero2.json"), "<tmp>": str(tmp)}
+              "<accelerate>": str(tmp / "accelerate.yaml"), "<zero2>": str(tmp / "zero2.json"),
+              "<tokens>": str(tmp / "tokens.yaml"), "<tmp>": str(tmp)}
     base = {"model_name_or_path": str(tiny_model_dir), "dataset": "demo_sft", "dataset_dir": str(DATA),
             "max_samples": 16, "output_dir": str(tmp / "out"), "pipeline_cache_dir": str(tmp / "cache"),
             "mlflow_tracking_uri": f"sqlite:///{tmp}/mlflow.db", "disable_tqdm": True}
@@ -596,7 +620,8 @@ FULL, RM = {"finetuning_type": "full"}, {"stage": "rm", "dataset": "demo_pref"}
 OUTSIDE = {**dict.fromkeys(["temperature", "top_p", "top_k"], {"do_sample": False}),
            **dict.fromkeys(["lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_dora",
                             "use_rslora"], FULL),
-           **dict.fromkeys(["compute_accuracy", "predict_with_generate", "label_smoothing_factor", "use_dft_loss"], RM),
+           **dict.fromkeys(["compute_accuracy", "predict_with_generate", "label_smoothing_factor", "use_dft_loss",
+                            "use_eaft_loss", "use_asft_loss"], RM),
            "save_steps": {"save_strategy": "no"}, "optim_args": {"optim": "adamw_torch"}}
 
 

@@ -29,6 +29,21 @@ class ModelArgs:
     resize_vocab: bool = arg(False, "Resize embeddings to the tokenizer's vocabulary.")
     split_special_tokens: bool = arg(False, "Tokenize special tokens as plain text.")
     add_special_tokens: str | None = arg(None, "Comma-separated special tokens to add.")
+    add_tokens: str | None = arg(None, "Comma-separated ordinary (non-special) tokens to add; the embeddings grow "
+                                       "to match.")
+    new_special_tokens_config: str | None = arg(
+        None, "A YAML file mapping each new special token to a description; its tokens replace "
+              "'add_special_tokens', and the descriptions can initialise their embeddings ('init_special_tokens').")
+    init_special_tokens: str = arg(
+        "noise_init", "How the embedding rows of new tokens start: the mean of the old rows plus noise, the mean of "
+                      "the token's description's embeddings, or that plus noise (the desc_* ones need "
+                      "'new_special_tokens_config').", ("noise_init", "desc_init", "desc_init_w_noise"))
+    model_max_length: int | None = arg(None, "The longest sequence the model takes: a 'cutoff_len' above it is "
+                                             "refused, and the saved tokenizer truncates there.")
+    use_kv_cache: bool = arg(True, "Keep the key/value cache while generating (evaluation, prediction, chat); "
+                                   "training never keeps one.")
+    enable_liger_kernel: bool = arg(False, "Train with liger-kernel's fused Triton kernels (RMSNorm, RoPE, SwiGLU, "
+                                           "cross-entropy), through transformers; CUDA only.")
     low_cpu_mem_usage: bool = arg(True, "Load weights without a second full copy in memory.")
     # --- images and videos (vision-language models; part of the dataset's key: they set the token counts)
     image_max_pixels: int = arg(768 * 768, "Images above this many pixels are scaled down first.")
@@ -110,6 +125,28 @@ class FinetuningArgs:
     early_stopping_steps: int | None = arg(None, "Stop after this many evaluations without improvement.")
     disable_shuffling: bool = arg(False, "Keep dataset order.")
     include_effective_tokens_per_second: bool = arg(False, "Report tokens/s over non-padding tokens.")
+    use_eaft_loss: bool = arg(False, "sft: Entropy-Adaptive Fine-Tuning loss, each label token's cross-entropy "
+                                     "weighted by (the entropy of its top-20 next-token distribution / 3) ** "
+                                     "eaft_alpha, detached.")
+    eaft_alpha: float = arg(1.0, "EAFT: exponent of the entropy weight.")
+    use_asft_loss: bool = arg(False, "sft: Anchored SFT loss, the DFT loss plus asft_alpha times the KL divergence "
+                                     "from the model as it was before training (a frozen copy).")
+    asft_alpha: float = arg(0.1, "ASFT: weight of the KL term.")
+    # --- FP8 training through accelerate (CUDA, Hopper or newer)
+    fp8: bool = arg(False, "Train with FP8 matmuls: accelerate's fp8 mixed precision.")
+    fp8_backend: str = arg("auto", "accelerate's FP8 backend; auto: torchao, else Transformer Engine, else MS-AMP.",
+                           ("auto", "torchao", "te", "msamp"))
+    fp8_enable_fsdp_float8_all_gather: bool = arg(False, "FSDP2 gathers the weights in FP8 (torchao backend).")
+    # --- the torch profiler (traces under output_dir, logged to MLflow)
+    enable_torch_profiler: bool = arg(False, "Record torch profiler traces of training steps.")
+    profiler_output_dir: str | None = arg(None, "Where the traces go; default '<output_dir>/profiler'.")
+    profiler_wait_steps: int = arg(1, "Steps skipped at the start of each profiling cycle.")
+    profiler_warmup_steps: int = arg(1, "Steps the profiler warms up on (traced, then discarded) per cycle.")
+    profiler_active_steps: int = arg(1, "Steps recorded per cycle.")
+    profiler_repeat: int = arg(1, "Profiling cycles; 0: cycle until training ends.")
+    profiler_record_shapes: bool = arg(True, "Record the shapes of operator inputs.")
+    profiler_profile_memory: bool = arg(True, "Record tensor memory allocations.")
+    profiler_with_stack: bool = arg(True, "Record the Python stack of each operator.")
     # --- LoRA
     lora_rank: int = arg(8, "LoRA rank.")
     lora_alpha: int | None = arg(None, "LoRA scale numerator; default 2 * lora_rank.")

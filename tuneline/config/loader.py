@@ -14,6 +14,7 @@ import yaml
 from tuneline.config.args import GROUPS
 from tuneline.config.checkpointing import resolve_checkpointing
 from tuneline.config.coerce import coerce
+from tuneline.config.llamafactory_keys import REFUSED, refused_problems
 from tuneline.config.ray_keys import RAY_KEYS, ray_problems
 from tuneline.config.run_config import RunConfig
 from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
@@ -74,6 +75,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
     training: dict[str, Any] = dict(TRAINING_DEFAULTS)
     problems: list[str] = []
     ray_keys: list[str] = []
+    refused: dict[str, Any] = {}
     for key, value in raw.items():
         if key in GROUP_FIELDS:
             group, fld, annotation = GROUP_FIELDS[key]
@@ -84,10 +86,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
             converted, problem = coerce(key, value, TRAINING_KEYS[key])
             if not problem:
                 training[key] = converted
-        elif key in UNSUPPORTED_KEYS:
-            problem = None if value == UNSUPPORTED_KEYS[key] else (  # its default is what tuneline does anyway
-                f"'{key}: {value}' is a LLaMA-Factory option tuneline does not support (only its default, "
-                f"{UNSUPPORTED_KEYS[key]!r}, is accepted); remove it")
+        elif key in UNSUPPORTED_KEYS:  # its default is what tuneline does anyway; others: one message, below
+            if value != UNSUPPORTED_KEYS[key]:
+                refused[key] = value
+            problem = None
         elif key in RAY_KEYS:  # one message for them all, below
             ray_keys.append(key)
             problem = None
@@ -95,7 +97,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
             problem = f"unknown key '{key}'{did_you_mean(key, ALL_KEYS)}"
         if problem:
             problems.append(problem)
-    problems += ray_problems(ray_keys)
+    problems += ray_problems(ray_keys) + refused_problems(refused, {
+        key: REFUSED[key][1] if key in REFUSED else f"only its default, {UNSUPPORTED_KEYS[key]!r}, is accepted"
+        for key in refused})
     if "do_train" not in raw and training.get("do_predict"):  # LLaMA-Factory's default: predict only
         training["do_train"] = False
     config = RunConfig(**{g: GROUPS[g](**v) for g, v in values.items()}, training=training, source=source)

@@ -61,7 +61,13 @@ SCOPE: dict[str, Rule] = {
     **dict.fromkeys(("apollo_target", "apollo_rank", "apollo_update_interval", "apollo_scale", "apollo_proj",
                      "apollo_proj_type", "apollo_scale_type", "apollo_scale_front", "apollo_layerwise"),
                     _key("use_apollo", what="with 'use_apollo: true'")),
-    "use_dft_loss": _stages("sft"),
+    **dict.fromkeys(("use_dft_loss", "use_eaft_loss", "use_asft_loss"), _stages("sft")),
+    "eaft_alpha": _key("use_eaft_loss", what="with 'use_eaft_loss: true'"),
+    "asft_alpha": _key("use_asft_loss", what="with 'use_asft_loss: true'"),
+    **dict.fromkeys(("fp8_backend", "fp8_enable_fsdp_float8_all_gather"), _key("fp8", what="with 'fp8: true'")),
+    **dict.fromkeys(("profiler_output_dir", "profiler_wait_steps", "profiler_warmup_steps", "profiler_active_steps",
+                     "profiler_repeat", "profiler_record_shapes", "profiler_profile_memory", "profiler_with_stack"),
+                    _key("enable_torch_profiler", what="with 'enable_torch_profiler: true'")),
     "create_new_adapter": _key("adapter_name_or_path"),
     "loraplus_lr_embedding": _key("loraplus_lr_ratio"),
     "pissa_iter": _key("pissa_init", what="with 'pissa_init: true'"),
@@ -155,7 +161,10 @@ READ_WHEN_PREDICTING = frozenset({
 # refuses anyway are left to it.
 TRAINING_ONLY: frozenset[str] = frozenset(set(TRAINING_KEYS) - READ_WHEN_PREDICTING - set(FIXED)) | {
     # tuneline's and LLaMA-Factory's keys of the training loop, its checkpoints and its evaluations on the way
-    "disable_shuffling", "use_dft_loss", "pure_bf16", "disable_gradient_checkpointing", "use_reentrant_gc",
+    "disable_shuffling", "use_dft_loss", "use_eaft_loss", "eaft_alpha", "use_asft_loss", "asft_alpha", "fp8",
+    "fp8_backend", "fp8_enable_fsdp_float8_all_gather", "enable_liger_kernel", "enable_torch_profiler",
+    "profiler_output_dir", "profiler_wait_steps", "profiler_warmup_steps", "profiler_active_steps", "profiler_repeat",
+    "profiler_record_shapes", "profiler_profile_memory", "profiler_with_stack", "pure_bf16", "disable_gradient_checkpointing", "use_reentrant_gc",
     "include_effective_tokens_per_second", "plot_loss", "compute_accuracy", "early_stopping_steps",
     "discard_checkpoints", "mlflow_log_checkpoints",
     # the new adapter or trainable layers, and the optimisers beside AdamW

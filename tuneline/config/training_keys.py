@@ -3,6 +3,8 @@
 A table so that reading a config never imports torch or transformers; tests/unit/test_training_keys.py checks it
 against the installed transformers and says how to regenerate it."""
 
+from tuneline.config.llamafactory_keys import REFUSED
+
 TRAINING_KEYS: dict[str, str] = {
     "output_dir": "str",
     "per_device_train_batch_size": "int",
@@ -180,3 +182,6 @@ UNSUPPORTED_KEYS: dict[str, object] = {
     "export_hub_model_id": None,
     "offload_folder": "offload",
 }
+
+# and the ones llamafactory_keys refuses with what to do instead
+UNSUPPORTED_KEYS.update({key: off for key, (off, _) in REFUSED.items()})

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from tuneline.config.args import DataArgs
+from tuneline.config.feature_keys import feature_problems
 from tuneline.config.grpo_keys import grpo_problems
 from tuneline.config.optimizer_keys import optimizer_problems, zero_stage
 from tuneline.config.ppo_keys import ppo_problems
@@ -30,7 +31,10 @@ RANGES: dict[str, tuple[float | None, float | None, str]] = {
         "export_size")},
     **{key: (0, None, "at least 0") for key in (
         "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "eval_max_samples", "pref_ftx",
-        "dataloader_num_workers", "kto_chosen_weight", "kto_rejected_weight")},
+        "dataloader_num_workers", "kto_chosen_weight", "kto_rejected_weight", "eaft_alpha", "asft_alpha",
+        "profiler_wait_steps", "profiler_warmup_steps", "profiler_repeat")},
+    "profiler_active_steps": (1, None, "at least 1"),
+    "model_max_length": (2, None, "at least 2"),
     **{key: (1, None, "at least 1") for key in (
         "image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_maxlen")},
     **{key: (1e-12, None, "above 0") for key in (
@@ -133,7 +137,7 @@ def _check_keys(config: RunConfig) -> list[str]:
             problems.append(f"'use_badam' trains full parameters; it conflicts with 'finetuning_type: "
                             f"{ft.finetuning_type}'")
         problems += _adapter_method_problems(config) + ppo_problems(config) + grpo_problems(config)
-        problems += badam_problems(config) + optimizer_problems(config)
+        problems += badam_problems(config) + optimizer_problems(config) + feature_problems(config)
     problems += scope_problems(config)
     if not 0 <= ft.dpo_label_smoothing < 0.5:
         problems.append(f"'dpo_label_smoothing' is {ft.dpo_label_smoothing}; allowed: 0 <= value < 0.5")

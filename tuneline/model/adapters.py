@@ -17,6 +17,7 @@ from tuneline.config.args import ADAPTER_TYPES
 from tuneline.config.run_config import split_names
 from tuneline.config.validate import check_model_path
 from tuneline.errors import ConfigError, UserError, did_you_mean
+from tuneline.model.new_tokens import grows_vocab
 from tuneline.model.vision import composite_parts, frozen_parts, in_part
 
 logger = logging.getLogger("tuneline")
@@ -168,7 +169,7 @@ def _modules_to_save(model, config: RunConfig) -> list[str] | None:
     """`additional_target`, the embeddings when new tokens need rows, and an unfrozen projector."""
     extra = split_names(config.finetuning.additional_target)
     _check_module_names(model, "additional_target", extra)
-    if not extra and (config.model.resize_vocab or config.model.add_special_tokens):
+    if not extra and grows_vocab(config.model):
         extra = _embedding_module_names(model)  # the new token rows must train and be saved with the adapter
     extra += _vision_modules_to_save(model, config)
     return extra or None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tuneline.config import RunConfig
 from tuneline.config.args import ModelArgs
+from tuneline.config.feature_keys import token_descriptions
 from tuneline.config.run_config import split_names
 from tuneline.fingerprint import FileHasher, fingerprint
 from tuneline.hub_revision import model_commit
@@ -20,7 +21,8 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_mo
 
 # Keys that change which weights load, whatever the finetuning.
 LOAD_KEYS = ("model_revision", "quantization_bit", "quantization_type", "double_quantization", "resize_vocab",
-             "add_special_tokens", "trust_remote_code")
+             "add_special_tokens", "add_tokens", "new_special_tokens_config", "init_special_tokens",
+             "trust_remote_code")
 # Keys that change what the finetuning starts from and which parameters train.
 FINETUNING_KEYS = (
     "finetuning_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
@@ -58,7 +60,8 @@ def model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None, *, 
     adapter_hashes = [_source_hash(a, ADAPTER_FILES, hasher, "adapter_name_or_path", margs) for a in adapter_list]
     hasher.save()
     keys = LOAD_KEYS + (FINETUNING_KEYS if include_finetuning else ())
-    return fingerprint("model", base, adapter_hashes, config.slice(*keys))
+    descriptions = token_descriptions(margs.new_special_tokens_config)  # edited in place: new starting rows
+    return fingerprint("model", base, adapter_hashes, config.slice(*keys), *([descriptions] if descriptions else []))
 
 
 def reward_model_fingerprint(config: RunConfig, memo_dir: str | Path | None = None) -> str | None:

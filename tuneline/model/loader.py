@@ -22,6 +22,7 @@ from tuneline.errors import ConfigError, UserError
 from tuneline.model.adapters import add_adapter, attach_adapters, check_adapter_paths
 from tuneline.model.batching import attention_kwargs
 from tuneline.model.freeze import setup_freeze, setup_full
+from tuneline.model.new_tokens import grow_embeddings
 from tuneline.model.precision import compute_dtype, quantization_kwargs, trains_on_cpu
 from tuneline.model.processor import load_model_config
 from tuneline.model.vision import check_freeze_keys, is_vision_language
@@ -87,15 +88,8 @@ def load_base_model(config: RunConfig, tokenizer, is_trainable: bool, add_valueh
         raise UserError(f"cannot load 'model_name_or_path' '{margs.model_name_or_path}': its .bin weights hold "
                         "pickled objects other than tensors, which could run code, so they are refused; convert "
                         "the model to safetensors where you trust it") from None
-    if grows_vocab(config) and model.get_input_embeddings().weight.shape[0] < len(tokenizer):
-        model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)
-        logger.info("resized the embeddings to the tokenizer's %d tokens", len(tokenizer))
+    grow_embeddings(model, tokenizer, margs)
     return model
-
-
-def grows_vocab(config: RunConfig) -> bool:
-    """New tokens need new embedding rows: `resize_vocab`, or `add_special_tokens` which implies it."""
-    return bool(config.model.resize_vocab or config.model.add_special_tokens)
 
 
 def _prepare_for_training(model, config: RunConfig) -> None:
@@ -143,6 +137,17 @@ def enable_checkpointing(model, config: RunConfig) -> None:
     logger.info("gradient checkpointing on (%s)", "reentrant" if kwargs["use_reentrant"] else "non-reentrant")
 
 
+def use_kv_cache(model, enabled: bool) -> None:
+    """`use_kv_cache` for a model loaded to generate (training keeps no cache): its config's and its generation
+    config's switch, the language model's too in a vision-language model."""
+    model.config.use_cache = enabled
+    text_config = model.config.get_text_config()
+    if text_config is not model.config:
+        text_config.use_cache = enabled
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.use_cache = enabled
+
+
 def _check_request(config: RunConfig, adapters: list[str]) -> None:
     problems = check_model_path(config.model.model_name_or_path, "model_name_or_path")
     if not config.model.model_name_or_path:
@@ -177,5 +182,6 @@ def load_model(config: RunConfig, tokenizer, is_trainable: bool = True, add_valu
     else:
         model.requires_grad_(False)
         model.eval()
+        use_kv_cache(model, config.model.use_kv_cache)
     log_parameter_counts(model, is_trainable)
     return model

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config.args import ModelArgs
-from tuneline.config.run_config import split_names
 from tuneline.fingerprint import FileHasher, fingerprint
 from tuneline.hub_revision import model_commit
+from tuneline.model.new_tokens import add_new_tokens, special_tokens
 
 # Files that decide how text and images become ids; weights are deliberately not among them.
 TOKENIZER_FILES = (
@@ -33,9 +33,7 @@ def load_tokenizer(model_args: ModelArgs):
     )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    extra = split_names(model_args.add_special_tokens)
-    if extra:  # load_model grows the embeddings to match
-        tokenizer.add_special_tokens({"extra_special_tokens": extra}, replace_extra_special_tokens=False)
+    add_new_tokens(tokenizer, model_args)  # load_model grows the embeddings to match
     return tokenizer
 
 
@@ -49,5 +47,7 @@ def tokenizer_fingerprint(model_args: ModelArgs, memo_dir: str | Path | None = N
     hasher = FileHasher(memo_dir)
     files = {name: hasher.hash_file(root / name) for name in TOKENIZER_FILES if (root / name).is_file()}
     hasher.save()
-    return fingerprint("tokenizer", files, model_args.split_special_tokens, model_args.use_fast_tokenizer,
-                       *([model_args.add_special_tokens] if model_args.add_special_tokens else []))
+    added = [value for value in (model_args.add_special_tokens, model_args.add_tokens) if value]
+    special = special_tokens(model_args) if model_args.new_special_tokens_config else []
+    return fingerprint("tokenizer", files, model_args.split_special_tokens, model_args.use_fast_tokenizer, *added,
+                       *([special] if special else []))

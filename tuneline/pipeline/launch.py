@@ -19,6 +19,7 @@ from pathlib import Path
 from tuneline.deepspeed_setup import launch_environment
 from tuneline.devices import gpu_count
 from tuneline.errors import UserError
+from tuneline.fp8_launch import fp8_launch_flags
 from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
 
 TAIL_LINES = 40
@@ -83,9 +84,9 @@ def launcher(config) -> list[str]:
         cmd += ["--config_file", str(pipe.accelerate_config)]
         if pipe.num_processes:
             cmd += ["--num_processes", str(processes)]
-        cmd += machine_flags(pipe)
+        cmd += machine_flags(pipe) + (fp8_launch_flags(config) if config.finetuning.fp8 else [])
     else:
-        cmd += ["--num_processes", str(processes), "--mixed_precision", "no", "--dynamo_backend", "no"]
+        cmd += ["--num_processes", str(processes), *fp8_launch_flags(config), "--dynamo_backend", "no"]
         cmd += machine_flags(pipe) or ["--num_machines", "1"]
         if deepspeed:  # its launcher sets the rank variables DeepSpeed needs, one process too; alone, on a free port
             cmd += ["--use_deepspeed", *([] if pipe.num_machines > 1 else ["--main_process_port", "0"])]

@@ -16,8 +16,9 @@ from tuneline.fingerprint import FileHasher, fingerprint
 # Files at the top of a model or adapter folder that decide its outputs (checkpoint-*/ folders are ignored).
 _MODEL_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".model", ".gguf")
 # Model keys that change what the loaded reference computes for the same tokens.
-_MODEL_SETTINGS = ("resize_vocab", "add_special_tokens", "attn_implementation", "flash_attn", "infer_dtype",
-                   "quantization_type", "double_quantization")
+_MODEL_SETTINGS = ("resize_vocab", "add_special_tokens", "add_tokens", "new_special_tokens_config",
+                   "init_special_tokens", "attn_implementation", "flash_attn", "infer_dtype", "quantization_type",
+                   "double_quantization")
 # The code that computes the stored numbers: editing it makes them stale.
 _COMPUTE_CODE = (Path(__file__).with_name("compute.py"), Path(__file__).with_name("source.py"),
                  Path(__file__).parents[1] / "logps.py")

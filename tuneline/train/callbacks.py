@@ -1,4 +1,5 @@
-"""Trainer callbacks: the progress log the orchestrator reads, MLflow metrics and checkpoints, early stopping."""
+"""Trainer callbacks: the progress log the orchestrator reads, MLflow metrics and checkpoints, the torch profiler,
+early stopping."""
 
 from __future__ import annotations
 
@@ -127,6 +128,10 @@ def build_callbacks(config, output_dir: str | Path, extra: list | None = None) -
         from tuneline.train.mlflow_checkpoints import MlflowCheckpointCallback
 
         callbacks.append(MlflowCheckpointCallback(output_dir))
+    if config.finetuning.enable_torch_profiler:
+        from tuneline.train.profiler import TorchProfilerCallback
+
+        callbacks.append(TorchProfilerCallback(config))
     if config.finetuning.early_stopping_steps:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.finetuning.early_stopping_steps))
     return callbacks + list(extra or [])

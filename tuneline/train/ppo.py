@@ -297,6 +297,8 @@ def train_loop(loop: PPOLoop, datasets, collator, callbacks: list, output_dir: P
         scheduler.step()
         state.global_step += 1
         state.epoch = state.global_step / plan.per_epoch
+        for callback in callbacks:  # the torch profiler's schedule advances per step
+            callback.on_step_end(args, state, control, model=loop.policy)
         if plan.logs_at(state.global_step):
             logs = {name: sum(v) / len(v) for name, v in window.items()}
             logs["learning_rate"] = scheduler.get_last_lr()[0]

@@ -51,17 +51,19 @@ def translate_training_keys(training: dict[str, Any]) -> dict[str, Any]:
 
 
 def device_defaults(kwargs: dict[str, Any], config) -> dict[str, Any]:
-    """CPU when no GPU; bf16/fp16 autocast matching the dtype tuneline.model loads the weights in."""
+    """CPU when no GPU; bf16/fp16 autocast matching the dtype tuneline.model loads the weights in (FP8 instead with
+    `fp8`); liger-kernel with `enable_liger_kernel`."""
     import torch
 
     from tuneline.model.precision import training_precision
+    from tuneline.train.liger_and_fp8 import apply_liger_and_fp8
 
     if not torch.cuda.is_available():
         kwargs.setdefault("use_cpu", True)
     precision = training_precision(config)
     kwargs["bf16"], kwargs["fp16"] = precision == "bf16", precision == "fp16"
     kwargs.setdefault("disable_tqdm", not sys.stderr.isatty())  # progress goes to trainer_log.jsonl instead
-    return kwargs
+    return apply_liger_and_fp8(kwargs, config)
 
 
 def build_training_args(config, **overrides: Any):
