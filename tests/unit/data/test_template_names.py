@@ -60,11 +60,11 @@ def test_unknown_names_still_say_not_known():
         get_template("chatm", None)
 
 
-def _validate(tmp_path, model, template, *extra: str) -> subprocess.CompletedProcess:
+def _validate(tmp_path, model, template, *extra: str, command: str = "validate") -> subprocess.CompletedProcess:
     config = tmp_path / "c.yaml"
     config.write_text(f"model_name_or_path: {model}\ndataset: demo_sft\ndataset_dir: {REPO / 'data'}\n"
                       f"template: {template}\noutput_dir: {tmp_path / 'out'}\n" + "".join(f"{e}\n" for e in extra))
-    return subprocess.run([sys.executable, "-m", "flows.cli", "validate", str(config)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "flows.cli", command, str(config)], capture_output=True,
                           text=True, timeout=120)
 
 
@@ -72,11 +72,13 @@ def test_stop_words_the_tokenizer_lacks_are_refused_before_a_run(tmp_path, tiny_
     """The tiny model's tokenizer is ChatML's: llama3's `<|eot_id|>` and `<|eom_id|>` are not tokens of it. Refused by
     `tuneline validate` (and so `tuneline train`, which runs the same checks first): exit 2, one message naming the
     words and both ways out; accepted once `add_special_tokens` adds them, or with a template the tokenizer fits."""
-    out = _validate(tmp_path, tiny_model_dir, "llama3")
-    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert ("'template: llama3' stops on '<|eot_id|>', '<|eom_id|>', which are not tokens of the tokenizer"
-            in out.stderr), out.stderr
-    assert "'add_special_tokens: <|eot_id|>,<|eom_id|>'" in out.stderr and "'template: auto'" in out.stderr
+    for command in ("validate", "train"):
+        out = _validate(tmp_path, tiny_model_dir, "llama3", command=command)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert ("'template: llama3' stops on '<|eot_id|>', '<|eom_id|>', which are not tokens of the tokenizer"
+                in out.stderr), out.stderr
+        assert "'add_special_tokens: <|eot_id|>,<|eom_id|>'" in out.stderr and "'template: auto'" in out.stderr
+        assert not (tmp_path / "out").exists()
     assert _validate(tmp_path, tiny_model_dir, "llama3", "add_special_tokens: <|eot_id|>,<|eom_id|>").returncode == 0
     assert _validate(tmp_path, tiny_model_dir, "qwen3_nothink").returncode == 0  # <|im_end|> is one of its tokens
 
