@@ -10,22 +10,23 @@ llamafactory 0.9.5: its pins clash with tuneline's), LLaMA-Factory's own `get_da
 the same tokenizer and template for each worker count, and the two results are compared row by row.
 
 `python benchmarks/data_throughput.py --template-parity --llamafactory-python .venv-peer/bin/python` encodes the
-demo data (`data/demo_sft.json` for sft, `demo_pref.json` and `demo_pref_sharegpt.json` for rm) with every template
-both projects have, in both projects, and prints per template whether input ids and labels are identical, then
-"N of M templates identical".
-The tokenizer is a copy of the tiny one with every stop word added as a special token: LLaMA-Factory adds the
-stop words a tokenizer lacks on its side only, which would make the two tokenize them differently. Multimodal
-templates (gemma3, llama4, mistral_small) run with LLaMA-Factory's text-only plugin: theirs need an image processor
-the tiny model lacks, and leave text without images unchanged.
+demo data with every template both projects have, and thinking rows with every reasoning template under each
+setting of `enable_thinking`, `preserve_thinking` and `mask_history`, in both projects (benchmarks/template_parity.py
+says which), and prints per template whether input ids and labels are identical, then "N of M templates identical".
+The tokenizer is a copy of the tiny one with every stop word, and every token a template's slots name by id, added
+as a special token: LLaMA-Factory adds the stop words a tokenizer lacks on its side only, which would make the two
+tokenize them differently. Multimodal templates run with LLaMA-Factory's text-only plugin: theirs need an image
+processor the tiny model lacks, and leave text without images unchanged.
 
 It then does the same for tool rows (sft): LLaMA-Factory's glaive_toolcall_en_demo and _zh_demo and
 tests/fixtures/tool_rows.json (parallel calls, both tool-list forms, non-ASCII arguments, several call rounds, "[]"),
 per template on its own tool format and per tool format as a `tool_format` override on qwen3_nothink, llama3's date
 pinned on both sides, and prints where each job first differs (row, token, the text on both sides), then
 "N of M template/format jobs identical". Rows LLaMA-Factory cannot encode for a job (GLM-4 with several calls in a
-turn, ...) and rows tuneline refuses as bad data are left out of both sides, and named. With `--tool-snapshot` it
+turn, ...) and rows tuneline refuses as bad data are left out of both sides, and named. With `--snapshot` it
 writes LLaMA-Factory's encoding of the first glaive rows and of tool_rows.json, and the tokenizer files, to
-tests/fixtures for tests/unit/data/test_tool_parity.py, which checks tuneline against them without LLaMA-Factory.
+tests/fixtures for tests/unit/data/test_tool_parity.py, which checks tuneline against them without LLaMA-Factory,
+and the snapshot of benchmarks/template_parity.py for tests/unit/data/test_template_parity.py.
 """
 
 from __future__ import annotations
@@ -190,83 +191,23 @@ def compare_with_llamafactory(python: str, work: Path, model: str, template: str
               f"same input_ids and labels as tuneline: {first_difference(ours, r['train']) is None}")
 
 
-DEMO_DATA = Path(__file__).resolve().parents[1] / "data"
-PARITY_DATA = (("sft", "demo_sft"), ("rm", "demo_pref"), ("rm", "demo_pref_sharegpt"))
-
-LLAMAFACTORY_PARITY = """
-import json, os, sys
-model, data, out, jobs = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
-os.environ["DISABLE_VERSION_CHECK"] = "1"
-from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
-from llamafactory.data.mm_plugin import get_mm_plugin
-from llamafactory.data.template import TEMPLATES
-from llamafactory.hparams import get_train_args
-from llamafactory.model import load_tokenizer
-built = {}
-for template, stage, dataset in jobs:
-    if template not in TEMPLATES:
-        continue
-    args = dict(stage=stage, model_name_or_path=model, do_train=True, dataset=dataset, dataset_dir=data,
-                template=template, cutoff_len=1024, output_dir=out + "/o", overwrite_cache=True,
-                finetuning_type="lora", report_to="none")
-    model_args, data_args, training_args, _, _ = get_train_args(args)
-    tokenizer_module = load_tokenizer(model_args)  # a fresh one: the template changes it in place
-    fixed = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
-    fixed.mm_plugin = get_mm_plugin(name="base")  # image plugins need a processor; text passes them unchanged
-    module = get_dataset(fixed, model_args, data_args, training_args, stage, **tokenizer_module)
-    path = f"{out}/{template}-{dataset}"
-    module["train_dataset"].save_to_disk(path)
-    built.setdefault(template, {})[dataset] = path
-print(json.dumps(built))
-"""
-
-
 def parity_tokenizer(model: str, out: Path) -> str:
-    """A copy of the model's folder whose tokenizer has every built-in template's stop words as special tokens."""
+    """A copy of the model's folder whose tokenizer is the snapshots' (tests/fixtures/template_parity_tokenizer) with
+    every built-in template's stop words, and the tokens its slots name by id (chatglm3's `<|user|>`, yuan's `<sep>`),
+    as special tokens: words it lacks are added after its own, so the ids the snapshots hold stay what they are."""
     from transformers import AutoTokenizer
 
     from tuneline.data.template_catalog import TEMPLATES
+    from tuneline.data.templates import BOS, EOS, Special
 
     shutil.copytree(model, out, dirs_exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    stop_words = sorted({word for template in TEMPLATES.values() for word in template.stop_words})
-    tokenizer.add_tokens(stop_words, special_tokens=True)
+    tokenizer = AutoTokenizer.from_pretrained(SNAPSHOT_TOKENIZER)
+    stop_words = {word for template in TEMPLATES.values() for word in template.stop_words}
+    named = {slot.name for template in TEMPLATES.values() for slots in (*template.slots.values(), template.prefix)
+             for slot in slots if isinstance(slot, Special) and slot not in (BOS, EOS)}
+    tokenizer.add_tokens(sorted((stop_words | named) - set(tokenizer.get_vocab())), special_tokens=True)
     tokenizer.save_pretrained(out)
     return str(out)
-
-
-def template_parity(python: str, work: Path, model: str) -> None:
-    """Per template: identical, or where each demo file first differs; then the count of identical templates.
-    `model`: a folder made by `parity_tokenizer`."""
-    from datasets import disable_progress_bars, load_from_disk
-
-    from tuneline.data import build_dataset, load_processed
-    from tuneline.data.template_catalog import TEMPLATES
-
-    disable_progress_bars()
-    out = work / "llamafactory-parity"
-    jobs = [(name, stage, dataset) for name in TEMPLATES for stage, dataset in PARITY_DATA]
-    done = subprocess.run([python, "-c", LLAMAFACTORY_PARITY, model, str(DEMO_DATA), str(out), json.dumps(jobs)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"LLaMA-Factory failed:\n{done.stderr[-4000:]}")
-    built = json.loads(done.stdout.strip().splitlines()[-1])
-    identical = 0
-    for name in built:
-        problems = []
-        for stage, dataset in PARITY_DATA:
-            config = make_config(work, model, 1, name, stage=stage, dataset=dataset, dataset_dir=str(DEMO_DATA),
-                                 pipeline_cache_dir=str(work / "parity-cache"))
-            ours = load_processed(build_dataset(config))["train"]
-            theirs = load_from_disk(built[name][dataset])
-            columns = [c for c in theirs.column_names if c.endswith(("input_ids", "labels"))]
-            if difference := first_difference(ours, theirs, columns):
-                problems.append(f"{dataset}: {difference}")
-        identical += not problems
-        print(f"{name}: {'identical' if not problems else 'differs (' + '; '.join(problems) + ')'}")
-    print(f"{identical} of {len(built)} templates identical on LLaMA-Factory's encoding of the demo data; "
-          f"not in LLaMA-Factory: {', '.join(sorted(set(TEMPLATES) - set(built))) or 'none'}")
 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
@@ -281,7 +222,7 @@ TOOL_DATE = "26 Jul 2024"  # llama3's tool prompt writes the date: pinned on bot
 TOOL_CUTOFF = 16384  # above the longest glaive row on the tiny tokenizer (~12k tokens): whole rows are compared
 TOOL_FORMAT_TEMPLATE = "qwen3_nothink"  # the template every tool format is tried on, as a `tool_format` override
 SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "tool_parity.json.xz"  # xz: jobs repeat the same rows' tokens
-SNAPSHOT_TOKENIZER = FIXTURES / "parity_tokenizer"
+SNAPSHOT_TOKENIZER = FIXTURES / "template_parity_tokenizer"  # mm_parity's parity_tokenizer and the templates' words
 SNAPSHOT_ROWS = 20  # the first rows of each glaive file (and every row of tool_rows) go into the snapshot
 
 
@@ -514,15 +455,18 @@ def run_tool_job(work: Path, model: str, tokenizer, data: Path, keep: dict, key:
     return difference is None, (job_keep, theirs, job["excluded"])
 
 
-def tool_parity(python: str, work: Path, model: str, snapshot: bool) -> None:
-    """Per template and tool format: identical on the tool rows, or where they first differ; then the count."""
+def tool_parity(python: str, work: Path, model: str, snapshot: bool, snapshot_rows_only: bool = False) -> None:
+    """Per template and tool format: identical on the tool rows, or where they first differ; then the count.
+    `snapshot_rows_only`: only the rows the snapshot keeps are encoded and compared."""
     from transformers import AutoTokenizer
 
     from tuneline.data.template_catalog import TEMPLATES
     from tuneline.data.tools import TOOL_FORMATS
 
     refused = tuneline_refusals(work, model)
-    keep = without({name: list(range(1, len(read_rows(name)) + 1)) for name in TOOL_DATA}, refused)
+    limit = {name: SNAPSHOT_ROWS if snapshot_rows_only and name.startswith("glaive") else len(read_rows(name))
+             for name in TOOL_DATA}
+    keep = without({name: list(range(1, limit[name] + 1)) for name in TOOL_DATA}, refused)
     data = write_tool_data(work / "tool-data", keep)
     built = llamafactory_tool_encodings(python, work, model, data, tool_jobs(TEMPLATES, TOOL_FORMATS))
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -590,11 +534,11 @@ def write_snapshot(results: dict, version: str, model: str) -> None:
     snapshot = {
         "llamafactory": version, "tool_date": TOOL_DATE, "cutoff_len": TOOL_CUTOFF, "stage": "sft",
         "tokenizer": f"tests/fixtures/{SNAPSHOT_TOKENIZER.name}: the tiny model's ('test' preset) with every "
-                     "template's stop words added as special tokens (data_throughput.parity_tokenizer)",
+                     "template's stop words and named tokens added as special tokens (data_throughput.parity_tokenizer)",
         "rows": f"the first {SNAPSHOT_ROWS} rows of each glaive file and every row of tool_rows, less those "
                 "LLaMA-Factory cannot encode or tuneline refuses as bad data (numbered from 1)",
         "labels": "[count, value] runs, value null where the label is the input id",
-        "command": "python benchmarks/data_throughput.py --template-parity --tool-snapshot "
+        "command": "python benchmarks/data_throughput.py --template-parity --snapshot --snapshot-rows-only "
                    "--llamafactory-python .venv-peer/bin/python",
         "jobs": jobs,
     }
@@ -638,14 +582,16 @@ def main() -> None:
     parser.add_argument("--template-parity", action="store_true",
                         help="compare every shared template's encoding of the demo data and tool rows with "
                              "LLaMA-Factory's")
-    parser.add_argument("--tool-snapshot", action="store_true",
-                        help="with --template-parity: also write LLaMA-Factory's tool-row encodings to "
-                             f"{SNAPSHOT.name}")
+    parser.add_argument("--snapshot-rows-only", action="store_true",
+                        help="with --template-parity: encode and compare only the rows the snapshots keep")
+    parser.add_argument("--snapshot", action="store_true",
+                        help="with --template-parity: also write LLaMA-Factory's encodings to the snapshots "
+                             f"make test checks ({SNAPSHOT.name} and template_parity.json.xz)")
     args = parser.parse_args()
     if args.template_parity and not args.llamafactory_python:
         parser.error("--template-parity needs --llamafactory-python")
-    if args.tool_snapshot and not args.template_parity:
-        parser.error("--tool-snapshot needs --template-parity")
+    if args.snapshot and not args.template_parity:
+        parser.error("--snapshot needs --template-parity")
     if args.llamafactory_python and not args.template_parity and args.template == "auto":
         parser.error("LLaMA-Factory has no 'auto' template: pass --template chatml (the tiny tokenizer's format)")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-bench-"))
@@ -658,9 +604,11 @@ def main() -> None:
 
         model = str(build_tiny_model(work / "model", **TINY_PRESETS["test"]))
     if args.template_parity:
+        from template_parity import template_parity  # beside this script
+
         parity_model = parity_tokenizer(model, work / "parity-model")
-        template_parity(args.llamafactory_python, work, parity_model)
-        tool_parity(args.llamafactory_python, work, parity_model, args.tool_snapshot)
+        template_parity(args.llamafactory_python, work, parity_model, args.snapshot, args.snapshot_rows_only)
+        tool_parity(args.llamafactory_python, work, parity_model, args.snapshot, args.snapshot_rows_only)
     else:
         time_everything(args, work, model)
     if not args.workdir:

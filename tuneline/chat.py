@@ -58,7 +58,7 @@ class Chat:
 
     def __init__(self, config: RunConfig, scratch: Path | None = None, model_folder: Path | None = None,
                  tools: list | str | None = None, tools_source: str = "the tool list", images: bool = False):
-        from tuneline.data import get_template
+        from tuneline.data import run_template
         from tuneline.evaluation.generation import eos_token_ids
         from tuneline.evaluation.loading import load_eval_model
         from tuneline.evaluation.prediction import generation_config
@@ -70,8 +70,7 @@ class Chat:
         loading, self.source = trained_model_config(config, scratch, model_folder)
         self.tokenizer = load_tokenizer(loading.model)
         data = config.data
-        self.template = get_template(data.template, self.tokenizer, data.tool_format, data.default_system,
-                                     data.tool_date)
+        self.template = run_template(data, self.tokenizer)
         self.tools = self.prompt_tools(tools, tools_source)
         self.vision, self.no_images = answer_vision(loading, self.tokenizer, self.template)
         if images:  # refused before the model loads

@@ -12,8 +12,10 @@ from pathlib import Path
 from tuneline.config import RunConfig, load_config
 from tuneline.config.optimizer_keys import optimizer_problems
 from tuneline.config.validate import badam_problems
-from tuneline.data.template_catalog import AUTO, TEMPLATES
+from tuneline.data.stop_words import stop_word_problem
+from tuneline.data.template_catalog import AUTO, TEMPLATES, VISION
 from tuneline.data.tools import TOOL_FORMATS
+from tuneline.data.unbuilt_templates import unbuilt_template_problem
 from tuneline.devices import gpu_count
 from tuneline.errors import DataError, did_you_mean
 from tuneline.grpo_rewards import grpo_machine_problems
@@ -103,8 +105,11 @@ def video_template_problem(dataset: str, template: str) -> str | None:
 def template_problems(config: RunConfig) -> list[str]:
     data, problems = config.data, []
     if data.template not in AUTO and data.template not in TEMPLATES:
-        problems.append(f"'template: {data.template}' is not known{did_you_mean(data.template, TEMPLATES)}; use one "
+        problems.append(unbuilt_template_problem(data.template, VISION) or
+                        f"'template: {data.template}' is not known{did_you_mean(data.template, TEMPLATES)}; use one "
                         f"of {', '.join(sorted(TEMPLATES))}, or 'auto' for the tokenizer's own chat template")
+    elif data.template in TEMPLATES:
+        problems.append(stop_word_problem(TEMPLATES[data.template], config.model))
     if data.tool_format and data.tool_format not in TOOL_FORMATS:
         problems.append(f"'tool_format: {data.tool_format}' is not known{did_you_mean(data.tool_format, TOOL_FORMATS)}; "
                         f"use one of {', '.join(sorted(TOOL_FORMATS))}")

@@ -196,7 +196,6 @@ def test_validate_says_up_front_when_a_run_will_not_be_evaluated(tmp_path, capsy
     ("export_device: auto", "'export_device: auto'"),
     ("pref_loss: hinge\ndpo_label_smoothing: 0.1", "'dpo_label_smoothing: 0.1' smooths the sigmoid loss"),
     ("report_to: wandb", "'report_to: wandb'"),
-    ("enable_thinking: false", "'enable_thinking: False' is a LLaMA-Factory option tuneline does not support"),
 ])
 def test_a_key_tuneline_would_not_honour_is_refused_not_ignored(tmp_path, line, named):
     from tuneline.errors import ConfigError

@@ -91,6 +91,11 @@ class DataArgs:
     cutoff_len: int = arg(2048, "Maximum tokens per example after tokenization.")
     train_on_prompt: bool = arg(False, "Compute loss on prompt tokens too.")
     mask_history: bool = arg(False, "Train only on the last assistant turn.")
+    enable_thinking: bool | None = arg(True, "Reasoning templates: an answer without a thought gets an empty one, "
+                                             "trained on; false: every thought is dropped and the empty one ends the "
+                                             "prompt, not trained on (a model that answers without thinking).")
+    preserve_thinking: bool = arg(False, "Reasoning templates: earlier answers keep their thoughts (else only the "
+                                         "last answer's thought is kept where earlier turns are not trained on).")
     streaming: bool = arg(False, "Stream the dataset instead of loading it whole.")
     buffer_size: int = arg(16384, "Shuffle buffer when streaming.")
     mix_strategy: str = arg("concat", "How several datasets mix.", ("concat", "interleave_under", "interleave_over"))

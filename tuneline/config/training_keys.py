@@ -165,7 +165,6 @@ UNSUPPORTED_KEYS: dict[str, object] = {
     "print_param_status": False,
     "crop_to_patches": False,
     "use_audio_in_video": False,
-    "enable_thinking": True,
     "upcast_layernorm": False,
     "upcast_lmhead_output": False,
     "train_from_scratch": False,

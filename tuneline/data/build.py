@@ -140,7 +140,7 @@ def _split(config: RunConfig, train, evaluation):
 
 
 def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str, Any]:
-    from tuneline.data.template_catalog import get_template
+    from tuneline.data.template_catalog import run_template
     from tuneline.model.tokenizer import load_tokenizer
 
     train_loaded = load_examples(config, config.dataset_names)  # none for a prediction without training
@@ -149,8 +149,7 @@ def _build(config: RunConfig, folder: Path, inputs: dict[str, Any]) -> dict[str,
     if bad and config.data.on_bad_rows != "skip":  # row checks stop before anything is tokenized
         raise bad_row_error(bad)
     tokenizer = load_tokenizer(config.model)
-    template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system,
-                            config.data.tool_date)
+    template = run_template(config.data, tokenizer)
     train, train_bad, truncated = (_encode(config, mix(config, train_loaded), tokenizer, template)
                                    if train_loaded.names else (None, [], 0))
     evaluation, eval_bad = None, []

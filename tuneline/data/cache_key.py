@@ -26,6 +26,7 @@ PROCESSING_CODE = Path(__file__).resolve().parent  # tuneline/data: every module
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
     "interleave_probs", "default_system", "tool_format", "tool_date", "preprocessing_batch_size", "on_bad_rows",
+    "enable_thinking", "preserve_thinking",
     "preprocessing_num_workers",  # workers shard the rows, so pt blocks and kto's mismatched pairs move
 )
 

@@ -50,13 +50,12 @@ def preview(config: RunConfig, n: int = 2) -> str:
     """The first n examples of the first dataset, encoded exactly as training will see them."""
     from tuneline.data.loader import load_examples
     from tuneline.data.processors import Encoder
-    from tuneline.data.template_catalog import get_template
+    from tuneline.data.template_catalog import run_template
     from tuneline.model.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(config.model)
     data = config.data
-    template = get_template(data.template, tokenizer, data.tool_format, data.default_system,
-                            data.tool_date)
+    template = run_template(data, tokenizer)
     loaded = load_examples(config, config.dataset_names[:1])
     examples = loaded.per_dataset[0][:n] if loaded.per_dataset else []
     header = [f"template: {template.name}; stage: {config.stage}; cutoff_len: {data.cutoff_len}; "

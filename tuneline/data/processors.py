@@ -130,8 +130,10 @@ class Encoder:
 
 
 def encode_sft(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
-    # earlier answers keep their thoughts unless they are masked (mask_history), as LLaMA-Factory encodes them
-    encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch), enc.mask_history)
+    # earlier answers keep their thoughts unless they are masked (mask_history) and not preserved, as LLaMA-Factory
+    # encodes them
+    last_turn_only = enc.mask_history and not enc.template.preserve_thinking
+    encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch), last_turn_only)
     pairs = [enc.supervised(ids) for ids in encoded]
     whole = [sum(map(len, messages)) + len(enc.eos()) for messages in encoded]
     truncated = [len(ids) < length for (ids, _), length in zip(pairs, whole, strict=True)]

@@ -9,6 +9,7 @@ must agree on its ids. List missing stop words in `add_special_tokens` to match 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,9 +45,13 @@ class Template:
     fuse_system: bool = False  # system text is put inside the first user turn (mistral, llama2)
     replace_eos: bool = False  # LLaMA-Factory makes stop_words[0] the eos; see the module docstring
     reasoning: bool = False  # answers without a thought get an empty one, trained on (qwen3, deepseekr1)
+    empty_thought: str | None = None  # what an answer without a thought gets; None: the two thought words
+    enable_thinking: bool | None = True  # False: thoughts dropped, the empty one closes the prompt (not trained on)
+    preserve_thinking: bool = False  # earlier answers keep their thoughts in prompt-and-answer encodings
     tool_format: str = "default"  # with `native`: the format that reads the chat template's calls back
     thought_words: tuple[str, str] = THOUGHT_WORDS
     tool_call_words: tuple[str, str] = TOOL_CALL_WORDS  # a function message's calls may sit between these
+    tools_slot: str | None = None  # the row's tool list written as it is into this slot (phi4_mini), not formatted
     today: str | None = None  # the date llama3's tool prompt writes; None: today's
     pt_eos: str | None = None  # document separator for pt when not the tokenizer's eos
     mm_plugin: str | None = None  # how images/videos become the model's tokens (tuneline.data.mm); None: text only
@@ -70,31 +75,27 @@ class Template:
 
     # --- messages -> pieces (text or token ids), one list per message
     def pieces(self, messages: list[dict], system: str | None, tools: str | None,
-               drop_history_thoughts: bool = False) -> list[list]:
-        """`drop_history_thoughts` strips the thoughts of all answers but the last, as LLaMA-Factory's one-turn
-        encoding does; a tool conversation under a `native` template is the chat template's render, cut up."""
+               last_turn_only: bool = False) -> list[list]:
+        """`last_turn_only`: only the last answer gets an empty thought, and earlier ones lose theirs unless
+        `preserve_thinking`, as LLaMA-Factory's one-turn (and masked-history) encoding does; a tool conversation under
+        a `native` template is the chat template's render, cut up."""
         system = system or self.default_system
         if self.native is not None and uses_tools(messages, tools):
             return self.native.pieces(messages, system, tools, (self.thought_words, self.tool_call_words))
-        out = []
+        out: list[list] = []
         for i, message in enumerate(messages):
             elements: list = []
             content = message["content"]
             if i == 0:
                 elements += list(self.prefix)
                 if system or tools:
-                    sys_text = system + (self.tool_text(tools) if tools else "")
-                    sys_slots = _fill(self.slots["system"], sys_text)
+                    sys_slots = _fill(self.slots["system"], system + (self.tool_text(tools) if tools else ""))
                     if self.fuse_system:
                         content = "".join(s for s in sys_slots if isinstance(s, str)) + content
                     else:
                         elements += sys_slots
             if self.reasoning and i % 2:
-                opening, closing = self.thought_words
-                if drop_history_thoughts and i < len(messages) - 1:
-                    content = between_words(self.thought_words).sub("", content).lstrip("\n")
-                elif opening.strip() not in content and closing.strip() not in content:
-                    elements.append(opening + closing)
+                content = self._thought(content, out[-1], elements, i == len(messages) - 1, last_turn_only)
             role = message["role"]
             if role == "function":
                 content = self.function_text(content)
@@ -102,8 +103,22 @@ class Template:
             out.append(elements)
         return out
 
+    def _thought(self, content: str, prompt: list, elements: list, last: bool, last_turn_only: bool) -> str:
+        """An answer's content with its thought kept or dropped; an empty thought, where it gets one, goes on the
+        answer (`elements`) when thinking is on, else at the end of the prompt before it."""
+        keep_history = self.preserve_thinking and last_turn_only
+        if (self.enable_thinking is False and (last or not keep_history)) or (
+                last_turn_only and not last and not self.preserve_thinking):
+            content = between_words(self.thought_words).sub("", content).lstrip("\n")
+        opening, closing = self.thought_words
+        if (last or not last_turn_only) and opening.strip() not in content and closing.strip() not in content:
+            (elements if self.enable_thinking else prompt).append(self.empty_thought or opening + closing)
+        return content
+
     def tool_text(self, tools: str) -> str:
         """The tool list as this template's tool format writes it into the system turn."""
+        if self.tools_slot is not None:
+            return self.tools_slot.replace("{{content}}", tools if isinstance(tools, str) else json.dumps(tools))
         return TOOL_FORMATS[self.tool_format].tool_text(tools, self.today or tool_date())
 
     def function_text(self, content: str) -> str:
@@ -119,9 +134,9 @@ class Template:
 
     # --- pieces -> ids, tokenizing every text piece of a batch in one call
     def encode_many(self, tokenizer, conversations: list[tuple[list[dict], str | None, str | None]],
-                    drop_history_thoughts: bool = False) -> list:
+                    last_turn_only: bool = False) -> list:
         """[[ids of message 0, ids of message 1, ...] per conversation]."""
-        all_pieces = [self.pieces(m, s, t, drop_history_thoughts) for m, s, t in conversations]
+        all_pieces = [self.pieces(m, s, t, last_turn_only) for m, s, t in conversations]
         texts = [p for conv in all_pieces for msg in conv for p in msg if isinstance(p, str)]
         encoded = iter(batch_ids(tokenizer, texts)) if texts else iter(())
         out = []
@@ -136,14 +151,14 @@ class Template:
         return out
 
     def encode_multiturn(self, tokenizer, messages, system=None, tools=None,
-                         drop_history_thoughts=False) -> list[tuple[list[int], list[int]]]:
+                         last_turn_only=False) -> list[tuple[list[int], list[int]]]:
         """(prompt ids, response ids) per turn."""
-        ids = self.encode_many(tokenizer, [(messages, system, tools)], drop_history_thoughts)[0]
+        ids = self.encode_many(tokenizer, [(messages, system, tools)], last_turn_only)[0]
         return [(ids[i], ids[i + 1]) for i in range(0, len(ids), 2)]
 
     def encode_oneturn(self, tokenizer, messages, system=None, tools=None) -> tuple[list[int], list[int]]:
         """(ids of every message but the last, ids of the last message); earlier answers lose their thoughts."""
-        ids = self.encode_many(tokenizer, [(messages, system, tools)], drop_history_thoughts=True)[0]
+        ids = self.encode_many(tokenizer, [(messages, system, tools)], last_turn_only=True)[0]
         return [t for msg in ids[:-1] for t in msg], ids[-1]
 
 

@@ -46,7 +46,7 @@ CHANGES = [
     {"dataset": "a,b", "mix_strategy": "interleave_under"}, {"seed": 7}, {"default_system": "S"},
     {"tool_format": "qwen"}, {"stage": "ppo", "reward_model": "rm"}, {"eval_dataset": "b"},
     {"preprocessing_batch_size": 10},
-    {"preprocessing_num_workers": 2},
+    {"preprocessing_num_workers": 2}, {"enable_thinking": False}, {"preserve_thinking": True},
 ]
 
 

@@ -124,7 +124,7 @@ def test_turn_by_turn_equals_whole(name, char_tokenizer):
     second = template.encode_multiturn(char_tokenizer, CHAT, system="S")[1]
     assert whole == first + second[0] + second[1]
     prompt, answer = template.encode_oneturn(char_tokenizer, CHAT, system="S")
-    dropped = _flat(template.encode_multiturn(char_tokenizer, CHAT, system="S", drop_history_thoughts=True))
+    dropped = _flat(template.encode_multiturn(char_tokenizer, CHAT, system="S", last_turn_only=True))
     assert prompt + answer == dropped
     assert (dropped == whole) != template.reasoning
 
@@ -246,7 +246,7 @@ def test_reasoning_keeps_a_given_thought_and_drops_history_thoughts(char_tokeniz
     thought = "<think>\nr\n</think>\n\n"
     chat = [CHAT[0], {"role": "assistant", "content": thought + "yo"}, *CHAT[2:]]
     assert _render(template, char_tokenizer, chat)[1] == thought + "yo<|im_end|>\n"
-    dropped = _render(template, char_tokenizer, chat, drop_history_thoughts=True)
+    dropped = _render(template, char_tokenizer, chat, last_turn_only=True)
     assert dropped[1] == "yo<|im_end|>\n" and dropped[3] == THINK + "a<|im_end|>\n"
     prompt, answer = template.encode_oneturn(char_tokenizer, chat, system="S")
     assert char_tokenizer.decode(prompt) == "".join(dropped[:3])
@@ -293,3 +293,32 @@ def test_an_empty_tool_list_writes_no_tool_section():
         assert "ools" not in empty, name
         with_tool = template.pieces(messages, None, '[{"name": "add", "description": "sum"}]')
         assert "add" in "".join(p for p in with_tool[0] if isinstance(p, str)), name
+
+
+def test_enable_thinking_false_drops_thoughts_and_closes_the_prompt_with_an_empty_one(char_tokenizer):
+    """Qwen3 users' `enable_thinking: false`: every thought goes and the empty one ends each prompt, so the model
+    learns to answer without thinking and is never trained on the empty thought (LLaMA-Factory's encoding)."""
+    template = get_template("qwen3", char_tokenizer, enable_thinking=False)
+    chat = [CHAT[0], {"role": "assistant", "content": "<think>\nr\n</think>\n\nyo"}, *CHAT[2:]]
+    assert _render(template, char_tokenizer, chat) == [QWEN3_NOTHINK[0] + THINK, "yo<|im_end|>\n",
+                                                       QWEN3_NOTHINK[2] + THINK, "a<|im_end|>\n"]
+    assert _render(get_template("qwen3_nothink", char_tokenizer, enable_thinking=False), char_tokenizer,
+                   CHAT) == QWEN3_NOTHINK, "a template that is not a reasoning one ignores the key"
+
+
+def test_preserve_thinking_keeps_earlier_thoughts_in_a_prompt(char_tokenizer):
+    thought = "<think>\nr\n</think>\n\n"
+    chat = [CHAT[0], {"role": "assistant", "content": thought + "yo"}, *CHAT[2:]]
+    kept = get_template("qwen3", char_tokenizer, preserve_thinking=True)
+    assert _render(kept, char_tokenizer, chat, last_turn_only=True)[1] == thought + "yo<|im_end|>\n"
+    assert _render(get_template("qwen3", char_tokenizer), char_tokenizer, chat,
+                   last_turn_only=True)[1] == "yo<|im_end|>\n"
+
+
+def test_the_thinking_keys_are_read_from_a_llamafactory_yaml(tmp_path):
+    from tuneline.config import load_config
+
+    config = load_config(overrides={"model_name_or_path": "m", "dataset": "d", "template": "qwen3",
+                                    "enable_thinking": False, "preserve_thinking": True,
+                                    "output_dir": str(tmp_path)}, check_paths=False)
+    assert (config.data.enable_thinking, config.data.preserve_thinking) == (False, True)

@@ -78,13 +78,15 @@ def test_other_plugins_refuse_pan_and_scan(plugin):
     assert RunMedia(get_mm_plugin(plugin), None, MediaSettings()).settings == MediaSettings()
 
 
-def test_preflight_refuses_it_with_a_template_other_than_gemma3(make_config):
+def test_preflight_refuses_it_with_a_template_other_than_gemma3(make_config, tiny_vlm):
     from tuneline.preflight import template_problems
 
     for template in ("llava", "qwen2_vl", "chatml", None):
         problems = template_problems(make_config(dataset="mllm_demo", template=template, image_do_pan_and_scan=True))
         assert any("'image_do_pan_and_scan: true' crops images for Gemma 3 only" in p for p in problems), template
-    assert template_problems(make_config(dataset="mllm_demo", template="gemma3", image_do_pan_and_scan=True)) == []
+    gemma3 = make_config(dataset="mllm_demo", template="gemma3", image_do_pan_and_scan=True,
+                         model_name_or_path=str(tiny_vlm("gemma3")))  # a tokenizer with gemma3's stop word
+    assert template_problems(gemma3) == []
 
 
 def test_toggling_it_rebuilds_the_dataset(media_data_dir, make_config, tiny_vlm):

@@ -2,35 +2,25 @@
 
 tests/fixtures/llamafactory/0.9.5/tool_parity.json.xz holds LLaMA-Factory's sft encoding of the first glaive tool
 rows (en and zh) and of tests/fixtures/tool_rows.json, per job: every template both projects have on its own tool
-format, and every tool format as a `tool_format` override on one template, llama3's date pinned (`tool_date`). It was
-made with the tokenizer files in tests/fixtures/parity_tokenizer (kept, not rebuilt: the tiny tokenizer is trained on
-data/, which may change) by `benchmarks/data_throughput.py --template-parity --tool-snapshot`, which compares every
-glaive row too. Here tuneline's build-dataset step rebuilds each job, without LLaMA-Factory; the benchmark's helpers
+format, and every tool format as a `tool_format` override on one template, llama3's date pinned (`tool_date`). It
+was made with the tokenizer files in tests/fixtures/template_parity_tokenizer (kept, not rebuilt: the tiny tokenizer
+is trained on data/, which may change) by `benchmarks/data_throughput.py --template-parity --snapshot`, which
+without `--snapshot-rows-only` compares every glaive row too. Here tuneline's build-dataset step rebuilds each job, without LLaMA-Factory; the benchmark's helpers
 write the data folders and find the first difference, so both sides read the rows alike.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from mm_fixtures import load_parity_benchmark
 
 from tuneline.data.template_catalog import TEMPLATES
 from tuneline.data.tools import TOOL_FORMATS
 
-REPO = Path(__file__).resolve().parents[3]
 NOT_IN_LLAMAFACTORY = {"baichuan2", "qwen2"}  # 0.9.5 no longer has them
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("data_throughput", REPO / "benchmarks" / "data_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _load_benchmark()
+BENCH = load_parity_benchmark("data_throughput")
 JOB_NAMES = [BENCH.job_name(*job) for job in BENCH.tool_jobs(sorted(set(TEMPLATES) - NOT_IN_LLAMAFACTORY),
                                                                TOOL_FORMATS)]
 

@@ -91,12 +91,11 @@ def video_templates() -> list[str]:
 def dataset_media(config, tokenizer, splits) -> RunMedia | None:
     """The media encoding of processed splits that hold images or videos (None for text): what training and
     evaluation batch them with."""
-    from tuneline.data.template_catalog import get_template
+    from tuneline.data.template_catalog import run_template
 
     present = [split for split in splits if split is not None and has_media(split)]
     if not present:
         return None
-    template = get_template(config.data.template, tokenizer, config.data.tool_format, config.data.default_system,
-                            config.data.tool_date)
+    template = run_template(config.data, tokenizer)
     has_videos = any(has_media(split, ("videos",)) for split in present)
     return run_media(config, tokenizer, template, has_videos)

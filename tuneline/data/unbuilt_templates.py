@@ -1,0 +1,71 @@
+"""LLaMA-Factory 0.9.5's multimodal templates whose media tuneline does not encode, each with what to use instead.
+
+A user's YAML that names one hears which model family it is for and the two ways on: the same model's text turns
+(a template tuneline builds, for rows without media), or a vision family tuneline encodes. Never "not known": the name
+is LLaMA-Factory's own."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Unbuilt(NamedTuple):
+    family: str  # the models the template is for
+    media: str  # what its plugin encodes
+    text: str | None  # the built template whose text turns are the same, slot for slot; None: none is
+
+
+IMAGES, VIDEOS, AUDIO = "images", "images and videos", "audio"
+OMNI = "images, videos and audio"
+UNBUILT: dict[str, Unbuilt] = {
+    "dots_ocr": Unbuilt("dots.ocr", IMAGES, None),
+    "ernie_vl": Unbuilt("ERNIE-4.5-VL", IMAGES, None),
+    "gemma3n": Unbuilt("Gemma 3n", "images and audio", "gemma"),
+    "gemma4n": Unbuilt("Gemma 4n", "images and audio", "gemma4"),
+    "glm4v": Unbuilt("GLM-4.1V", VIDEOS, None),
+    "glm4_5v": Unbuilt("GLM-4.5V", VIDEOS, None),
+    "glm_ocr": Unbuilt("GLM-OCR", IMAGES, "glm4"),
+    "granite3_vision": Unbuilt("Granite 3 Vision", IMAGES, None),
+    "intern_vl": Unbuilt("InternVL", VIDEOS, None),
+    "intern_s1": Unbuilt("Intern-S1", VIDEOS, None),
+    "keye_vl": Unbuilt("Keye-VL", VIDEOS, "qwen3"),
+    "kimi_vl": Unbuilt("Kimi-VL", IMAGES, None),
+    "lfm2_vl": Unbuilt("LFM2-VL", IMAGES, None),
+    "mllama": Unbuilt("Llama 3.2 Vision", IMAGES, "llama3"),
+    "llava_next": Unbuilt("LLaVA-NeXT", IMAGES, "vicuna"),
+    "llava_next_llama3": Unbuilt("LLaVA-NeXT (Llama 3)", IMAGES, "llama3"),
+    "llava_next_mistral": Unbuilt("LLaVA-NeXT (Mistral)", IMAGES, "mistral"),
+    "llava_next_qwen": Unbuilt("LLaVA-NeXT (Qwen)", IMAGES, None),
+    "llava_next_yi": Unbuilt("LLaVA-NeXT (Yi)", IMAGES, "yi"),
+    "llava_next_video": Unbuilt("LLaVA-NeXT-Video", VIDEOS, "vicuna"),
+    "llava_next_video_mistral": Unbuilt("LLaVA-NeXT-Video (Mistral)", VIDEOS, "mistral"),
+    "llava_next_video_yi": Unbuilt("LLaVA-NeXT-Video (Yi)", VIDEOS, "yi"),
+    "mimo_vl": Unbuilt("MiMo-VL", VIDEOS, None),
+    "minicpm_v": Unbuilt("MiniCPM-V", VIDEOS, None),
+    "minicpm_v_4_6": Unbuilt("MiniCPM-V 4.6", VIDEOS, None),
+    "minicpm_o": Unbuilt("MiniCPM-o", OMNI, None),
+    "ministral3": Unbuilt("Ministral 3", IMAGES, "ministral"),
+    "paligemma": Unbuilt("PaliGemma", IMAGES, None),
+    "paligemma_chat": Unbuilt("PaliGemma (chat)", IMAGES, None),
+    "pixtral": Unbuilt("Pixtral", IMAGES, "ministral"),
+    "qwen2_audio": Unbuilt("Qwen2-Audio", AUDIO, None),
+    "qwen2_omni": Unbuilt("Qwen2.5-Omni", OMNI, "qwen2_vl"),
+    "qwen3_omni": Unbuilt("Qwen3-Omni", OMNI, "qwen3"),
+    "qwen3_omni_nothink": Unbuilt("Qwen3-Omni", OMNI, "qwen3_nothink"),
+    "video_llava": Unbuilt("Video-LLaVA", VIDEOS, "vicuna"),
+    "yi_vl": Unbuilt("Yi-VL", IMAGES, None),
+    "youtu_vl": Unbuilt("Youtu-VL", IMAGES, None),
+}
+
+
+def unbuilt_template_problem(name: str | None, vision_built: list[str]) -> str | None:
+    """Why `name` (a LLaMA-Factory multimodal template tuneline does not build) is refused, and what to use instead;
+    None for any other name."""
+    unbuilt = UNBUILT.get(name or "")
+    if unbuilt is None:
+        return None
+    text = (f"for rows without {unbuilt.media}, its text turns are template '{unbuilt.text}'"
+            if unbuilt.text else "no built template has its text turns; 'auto' reads the model's own chat template")
+    return (f"template '{name}' is LLaMA-Factory's template for {unbuilt.family} ({unbuilt.media}), whose "
+            f"{'audio' if 'audio' in unbuilt.media else 'media'} tuneline does not encode: {text}, or fine-tune a "
+            f"vision model whose template tuneline builds ({', '.join(vision_built)})")
