@@ -69,6 +69,8 @@ def test_a_missing_or_wrong_key_is_refused(served):
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "/etc/passwd"}}]}]},
      "BadRequestError", "SAFE_MEDIA_PATH"),
     ({"temperature": 5}, "BadRequestError", "'temperature' must be a number from 0 to 2"),
+    ({"logit_bias": {"99999999": -100}}, "BadRequestError", "names token ids this model does not have"),
+    ({"n": 2}, "BadRequestError", "only one choice"),
 ])
 def test_a_bad_request_is_an_openai_error_and_the_server_goes_on(served, options, error, says):
     import openai

@@ -12,7 +12,7 @@ import uuid
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from tuneline.serving.engine import Engine, Piece
+from tuneline.serving.engine import FAILED, Engine, Piece
 from tuneline.serving.openai_request import ApiError, ChatRequest, bad_request, read_request
 
 KEY_ENV = "API_KEY"
@@ -57,6 +57,8 @@ def create_app(chat, model_id: str, api_key: str | None = None):
         if wanted.stream:
             return StreamingResponse(_events(reply, pieces, wanted, request), media_type="text/event-stream")
         async for piece in pieces:
+            if piece.finish_reason == FAILED:
+                raise ApiError(500, piece.text, kind="server_error")
             if piece.finish_reason:
                 return reply.completion(piece, wanted)
         raise ApiError(500, "generation ended without an answer", kind="server_error")
@@ -113,6 +115,9 @@ async def _events(reply: _Reply, pieces, request: ChatRequest, connection: Reque
                 if not reply.tools:
                     yield reply.chunk({"content": piece.text})
                 continue
+            if piece.finish_reason == FAILED:
+                yield f"data: {json.dumps(ApiError(500, piece.text, kind='server_error').body())}\n\n"
+                return
             message, reason = reply.message(piece, request)
             if message.get("tool_calls"):
                 calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]

@@ -16,9 +16,10 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from tuneline.serving.openai_request import ApiError, ChatRequest, bad_request
+from tuneline.serving.openai_request import ChatRequest, bad_request
 
 CONCURRENCY_ENV = "MAX_CONCURRENT"
+FAILED = "error"  # the finish reason of an answer whose generation raised
 logger = logging.getLogger("tuneline")
 
 
@@ -46,7 +47,10 @@ class Engine:
             prompt, pixels, tools = self.chat.prepare(request.messages, request.system, request.tools,
                                                       "the request's 'tools'", request.images)
         except UserError as exc:
-            raise bad_request("; ".join(exc.problems), param="messages") from None
+            raise bad_request("; ".join(exc.problems)) from None
+        if unknown := [token for token in request.logit_bias if not 0 <= token < len(self.chat.tokenizer)]:
+            raise bad_request(f"'logit_bias' names token ids this model does not have: {unknown[:5]}; its "
+                              f"vocabulary holds 0 to {len(self.chat.tokenizer) - 1}", param="logit_bias")
         if len(prompt) >= self.limit:
             raise bad_request(f"the prompt is {len(prompt)} tokens, and this model takes {self.limit} in all "
                               "(prompt and answer); shorten the messages", param="messages",
@@ -108,6 +112,9 @@ class Engine:
             with torch.no_grad():
                 model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=settings,
                                streamer=streamer, stopping_criteria=StoppingCriteriaList([Cancelled()]), **extra)
+        except Exception as exc:  # ends this answer as an error; the server goes on
+            logger.exception("generation failed")
+            streamer.failure = f"generation failed: {exc!r}"
         finally:
             streamer.finish(settings.max_new_tokens)
 
@@ -120,6 +127,7 @@ class _TextSteps:
         self.chat, self.stop, self.cancel, self.emit = chat, stop, cancel, emit
         self.ids: list[int] = []
         self.sent, self.text, self.prompt_seen, self.ended = "", "", False, None
+        self.failure: str | None = None
 
     def put(self, value) -> None:
         if not self.prompt_seen:  # generate hands over the prompt first
@@ -149,6 +157,9 @@ class _TextSteps:
     def finish(self, max_new_tokens: int) -> None:
         if self.text.startswith(self.sent) and len(self.text) > len(self.sent):  # a last, incomplete character
             self.emit(Piece(self.text[len(self.sent):]))
+        if self.failure:
+            self.emit(Piece(text=self.failure, ids=list(self.ids), finish_reason=FAILED))
+            return
         reason = self.ended or ("length" if len(self.ids) >= max_new_tokens else "stop")
         self.emit(Piece(text=self.text.strip(), ids=list(self.ids), finish_reason=reason))
 
@@ -159,7 +170,3 @@ def _context_length(chat) -> int:
     config = getattr(config, "get_text_config", lambda: config)()
     limit = getattr(config, "max_position_embeddings", None)
     return int(limit or getattr(chat.tokenizer, "model_max_length", 0) or 1 << 30)
-
-
-def server_error(exc: Exception) -> ApiError:
-    return ApiError(500, f"generation failed: {exc!r}", kind="server_error")
