@@ -22,12 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "unit")]  # tuneline; the tests' server helpers
 QUESTION = "add two and three"
 
 
@@ -75,18 +74,14 @@ def time_chat(config: Path, export: Path, tokens: int, rounds: int, tokenizer) -
 
 @contextlib.contextmanager
 def server(command: list[str], port: int, env: dict, log: Path):
+    """A server started as users start it, once it answers /health (the tests' own wait)."""
+    from api_server import wait_until_up
+
     with open(log, "w") as out:
         process = subprocess.Popen(command, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"{command[0]} exited:\n{log.read_text()[-2000:]}")
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-                break
-            time.sleep(0.5)
+        wait_until_up(port, process, log, timeout=300)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -131,9 +126,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    from ports import free_port
     from transformers import AutoTokenizer
-
-    from tests.ports import free_port
 
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
@@ -152,7 +146,7 @@ def main() -> None:
             results["transformers serve"] = time_server(url, str(export), args.tokens, args.rounds, {}, tokenizer)
     print(f"export: tiny '{args.preset}' preset + merged LoRA, {args.tokens} greedy tokens, median of "
           f"{args.rounds}, OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
-    print(f"| server | first token (s) | tokens/s | 4 clients: mean first token (s) | 4 clients: tokens/s, all |")
+    print("| server | first token (s) | tokens/s | 4 clients: mean first token (s) | 4 clients: tokens/s, all |")
     print("|---|---|---|---|---|")
     for name, r in results.items():
         four = (f"{r['four_ttft_s']:.3f} | {r['four_total_tokens_per_s']:.0f}" if "four_ttft_s" in r else "- | -")

@@ -26,14 +26,14 @@ def api_server(args: list[str], log_path: Path, **env: str):
         process = subprocess.Popen([sys.executable, "-m", "flows.cli", "api", *args], env=environ, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_until_up(port, process, log_path)
+        wait_until_up(port, process, log_path)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
 
 
-def _wait_until_up(port: int, process, log_path: Path, timeout: float = 180) -> None:
+def wait_until_up(port: int, process, log_path: Path, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
