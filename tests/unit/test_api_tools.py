@@ -37,7 +37,7 @@ def demo_row(root):
 
 @pytest.fixture(scope="module")
 def agent(tiny_model_dir, empty_mlflow_store, tmp_path_factory):
-    """(base URL, the learned row) of `tuneline api` on the registered champion of the trained agent."""
+    """(base URL, the learned row, the tracking URI) of `tuneline api` on the registered champion of the trained agent."""
     from tuneline.config import load_config
     from tuneline.data import build_dataset
 
@@ -59,15 +59,17 @@ def agent(tiny_model_dir, empty_mlflow_store, tmp_path_factory):
                    capture_output=True)
     register_champion(config, root / "out")
     with api_server([f"models:/{NAME}@champion"], root / "api.log", MLFLOW_TRACKING_URI=uri) as url:
-        yield url, row
+        yield url, row, uri
 
 
 def openai_tools(row) -> list[dict]:
     return [{"type": "function", "function": spec} for spec in json.loads(row["tools"])]
 
 
-def test_the_call_comes_back_as_tool_calls_and_the_tool_result_is_read(agent):
-    url, row = agent
+def test_the_call_comes_back_as_tool_calls_and_the_tool_result_is_read(agent, monkeypatch):
+    import mlflow
+
+    url, row, uri = agent
     question, call, result, answer = (turn["value"] for turn in row["conversations"])
     said = [{"role": "user", "content": question}]
     first = client(url).chat.completions.create(model=NAME, messages=said, tools=openai_tools(row))
@@ -81,9 +83,15 @@ def test_the_call_comes_back_as_tool_calls_and_the_tool_result_is_read(agent):
     assert second.choices[0].message.content == answer, "the next turn read the tool's result"
     assert not second.choices[0].message.tool_calls
 
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    registered = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    assert registered.predict({"messages": said, "tools": openai_tools(row)}) == [{"answer": answer,
+                                                                                  "tool_calls": []}], \
+        "the MLflow model answers the same"
+
 
 def test_a_streamed_call_comes_back_as_one_tool_calls_delta(agent):
-    url, row = agent
+    url, row, _ = agent
     question, call, _, _ = (turn["value"] for turn in row["conversations"])
     chunks = list(client(url).chat.completions.create(model=NAME, messages=[{"role": "user", "content": question}],
                                                       tools=openai_tools(row), stream=True))
