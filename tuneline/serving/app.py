@@ -4,6 +4,7 @@ server goes on serving. (FastAPI is imported at the top: it reads the handlers' 
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import time
@@ -31,7 +32,8 @@ def create_app(chat, model_id: str, api_key: str | None = None):
     async def check_key(request: Request):
         """A dependency, not a middleware: Starlette's HTTP middleware wraps `receive`, and a streamed answer
         would no longer see its client leave."""
-        if api_key and request.headers.get("authorization", "") != f"Bearer {api_key}":
+        given = request.headers.get("authorization", "").encode()
+        if api_key and not hmac.compare_digest(given, f"Bearer {api_key}".encode()):
             raise ApiError(401, "a missing or wrong API key: send 'Authorization: Bearer <API_KEY>'",
                            kind="authentication_error", code="invalid_api_key")
 
@@ -56,11 +58,14 @@ def create_app(chat, model_id: str, api_key: str | None = None):
         reply = _Reply(chat, model_id, len(prompt), tools)
         if wanted.stream:
             return StreamingResponse(_events(reply, pieces, wanted, request), media_type="text/event-stream")
-        async for piece in pieces:
-            if piece.finish_reason == FAILED:
-                raise ApiError(500, piece.text, kind="server_error")
-            if piece.finish_reason:
-                return reply.completion(piece, wanted)
+        try:
+            async for piece in pieces:
+                if piece.finish_reason == FAILED:
+                    raise ApiError(500, piece.text, kind="server_error")
+                if piece.finish_reason:
+                    return reply.completion(piece, wanted)
+        finally:
+            await pieces.aclose()  # its turn goes to the next request now, not when the generator is collected
         raise ApiError(500, "generation ended without an answer", kind="server_error")
 
     return app
