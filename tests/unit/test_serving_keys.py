@@ -43,6 +43,15 @@ def test_a_missing_target_is_one_message(tmp_path, capsys):
     assert "is neither a config file, an exported model folder, nor a registered model" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("variable", "value", "says"), [("API_PORT", "99999", "is not a port number"),
+                                                        ("MAX_CONCURRENT", "0", "must be a positive whole number")])
+def test_bad_server_settings_are_refused_before_the_model_loads(tiny_model_dir, monkeypatch, capsys, variable, value,
+                                                                says):
+    monkeypatch.setenv(variable, value)
+    assert run(["api", str(tiny_model_dir), "template=chatml"]) == 2
+    assert f"{variable}='{value}' {says}" in capsys.readouterr().err
+
+
 def test_the_vllm_keys_become_vllm_serve_flags(monkeypatch):
     from tuneline.serving.server import vllm_command
 

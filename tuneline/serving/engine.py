@@ -23,6 +23,17 @@ FAILED = "error"  # the finish reason of an answer whose generation raised
 logger = logging.getLogger("tuneline")
 
 
+def concurrency() -> int:
+    """MAX_CONCURRENT, checked (the server reads it before the model loads)."""
+    from tuneline.errors import UserError
+
+    given = os.environ.get(CONCURRENCY_ENV, "1")
+    if not given.isdigit() or int(given) < 1:
+        raise UserError(f"{CONCURRENCY_ENV}='{given}' must be a positive whole number (answers generated at once)",
+                        title="cannot serve")
+    return int(given)
+
+
 @dataclass
 class Piece:
     """A step of an answer: new text, or the end: the whole answer's text (cut at a stop string) and ids, and why it
@@ -37,7 +48,7 @@ class Engine:
     def __init__(self, chat):
         self.chat = chat
         self.limit = _context_length(chat)
-        self.turns = asyncio.Semaphore(int(os.environ.get(CONCURRENCY_ENV, "1")))
+        self.turns = asyncio.Semaphore(concurrency())
 
     def prepared(self, request: ChatRequest):
         """(prompt, pixels, tool text, settings), or ApiError: a message, tool list or image the model cannot take."""

@@ -31,8 +31,11 @@ def host_and_port() -> tuple[str, int]:
 
 def serve(target: str, overrides: list[str]) -> int:
     """Check everything, load the model, serve until stopped (Ctrl+C)."""
+    from tuneline.serving.engine import concurrency
+
     served = read_target(target, overrides)
     host, port = host_and_port()
+    concurrency()
     if served.serving.infer_backend == "vllm":
         return _serve_with_vllm(served, host, port)
     import uvicorn
