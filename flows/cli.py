@@ -5,6 +5,7 @@
     tuneline validate CONFIG [key=value ...]      tuneline preview CONFIG [key=value ...]
     tuneline tiny-model OUT_DIR [--preset demo|gemma3|llava|qwen2_vl|...]   tuneline export CONFIG [...]
     tuneline chat CONFIG [key=value ...] [--prompt TEXT] [--tools TOOLS_JSON] [--image PATH ...]
+    tuneline api CONFIG|models:/NAME@ALIAS|EXPORT_DIR [key=value ...]   (OpenAI-compatible; API_HOST, API_PORT, API_KEY)
     tuneline retrain CONFIG REGISTERED_MODEL [key=value ...] [--force] [--metric eval_loss] [--min-delta 0]
     tuneline sweep CONFIG [key=value ...] --grid learning_rate=1e-4,5e-5 pref_beta=0.1,0.3 [--max-parallel 2]
     tuneline serve [PREFECT_YAML]                 (every deployment of deployments/prefect.yaml, one process)
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                                   "conversation, '/image PATH' attaches one to the next message")
         if name == "preview":
             cmd.add_argument("-n", type=int, default=2, help="examples to show")
+    api = sub.add_parser("api", help="serve the trained model to OpenAI clients (/v1/chat/completions)")
+    api.add_argument("target", help="a training config, models:/NAME@ALIAS, or a `tuneline export` folder")
+    api.add_argument("overrides", nargs="*", help="key=value, typed as in YAML (infer_backend, vllm_*, any key)")
     retrain = sub.add_parser("retrain", help="train on new data only, promote only a better model")
     retrain.add_argument("config")
     retrain.add_argument("registered_model", help="the MLflow registered model whose 'champion' alias is managed")
@@ -164,6 +168,12 @@ def _chat(args) -> int:
     return 0
 
 
+def _api(args) -> int:
+    from tuneline.serving.server import serve
+
+    return serve(args.target, args.overrides)
+
+
 def _retrain(args) -> int:
     import json
 
@@ -245,7 +255,7 @@ def _tiny_model(args) -> int:
 
 # A command's function, or "module:function" for one that lives with its flow (importing it imports Prefect).
 COMMANDS = {"train": "flows.finetune:main", "predict": "flows.finetune:predict_main", "validate": _validate, "preview": _preview, "export": _export,
-            "chat": _chat, "retrain": _retrain, "sweep": _sweep, "serve": _serve, "trigger": _trigger, "ui": _ui,
+            "chat": _chat, "api": _api, "retrain": _retrain, "sweep": _sweep, "serve": _serve, "trigger": _trigger, "ui": _ui,
             "tiny-model": _tiny_model, "train-node": _train_node}
 
 

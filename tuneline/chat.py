@@ -114,6 +114,15 @@ class Chat:
         message's text, as LLaMA-Factory's chat engine puts them."""
         from tuneline.evaluation.generation import generate_batches
 
+        prompt, pixels, tools = self.prepare(messages, system, tools, tools_source, images)
+        [ids] = generate_batches(self.model, [prompt], self.settings, self.tokenizer.pad_token_id, self.eos_ids, 1,
+                                 row_inputs=pixels)
+        return self.read_answer(ids, tools)
+
+    def prepare(self, messages: list[dict], system: str | None = None, tools=None, tools_source: str = "'tools'",
+                images: list = ()) -> tuple[list[int], object, str | None]:
+        """(prompt ids, `row_inputs` for the images or None, the tool text): what `respond` generates from, for a
+        caller that generates itself (the API server streams)."""
         tools = self.tools if tools is None else self.prompt_tools(tools, tools_source)
         images = list(images)
         if images:
@@ -121,9 +130,10 @@ class Chat:
         if self.vision is not None:  # placeholders checked even without images: a stray one is no image token
             messages = self.vision.expand_safely(with_placeholders(messages, len(images)), images)
         prompt = self._prompt(messages, system, tools)
-        pixels = self.vision.pixel_inputs(prompt, images) if images else None
-        [ids] = generate_batches(self.model, [prompt], self.settings, self.tokenizer.pad_token_id, self.eos_ids, 1,
-                                 row_inputs=pixels)
+        return prompt, self.vision.pixel_inputs(prompt, images) if images else None, tools
+
+    def read_answer(self, ids: list[int], tools: str | None) -> Answer:
+        """The generated ids as text, and the calls in it when tools were offered."""
         text = self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens).strip()
         calls = self.template.extract_calls(text) if tools else text
         return Answer(text, calls_as_json(calls) if isinstance(calls, list) else [])

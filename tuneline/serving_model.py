@@ -144,6 +144,11 @@ class ServedChat:
     def __init__(self, chat):
         self.chat = chat
 
+    def get_raw_model(self):
+        """The loaded `Chat`, as `mlflow.pyfunc.load_model(uri).get_raw_model()` hands it out (`tuneline api
+        models:/NAME@ALIAS` serves it)."""
+        return self.chat
+
     def predict(self, model_input, params=None) -> list[dict]:
         if hasattr(model_input, "to_dict"):  # MLflow's schema check hands over a DataFrame of the known columns
             if not {"messages", "prompt"} & set(model_input.columns):

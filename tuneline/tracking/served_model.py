@@ -53,3 +53,18 @@ def model_files(root: Path) -> Path:
         return root
     flavor = (yaml.safe_load(mlmodel.read_text(encoding="utf-8")).get("flavors") or {}).get(PYFUNC) or {}
     return root / flavor["data"] if flavor.get("data") else root
+
+
+def load_served_model(model_uri: str, model_config: dict | None = None):
+    """The `tuneline.chat.Chat` of a registered version (`models:/NAME@ALIAS`), loaded by MLflow's own pyfunc loader as
+    `mlflow models serve` loads it; a version or registry that is not there is one UserError."""
+    import mlflow
+
+    from tuneline.errors import UserError
+
+    try:
+        model = mlflow.pyfunc.load_model(model_uri, model_config=model_config or None)
+    except mlflow.exceptions.MlflowException as exc:
+        raise UserError(f"'{model_uri}': {exc.message} (the registry is MLFLOW_TRACKING_URI's: "
+                        f"{mlflow.get_tracking_uri()})", title="cannot serve") from None
+    return model.get_raw_model()
