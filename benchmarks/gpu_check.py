@@ -46,25 +46,35 @@ PEER_CLI = REPO / ".venv-peer" / "bin" / "llamafactory-cli"
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0), ("L40S", 362.0))
 LORA = {"finetuning_type": "lora", "lora_rank": 16, "lora_target": "all", "learning_rate": 1e-4}
 FULL = {"finetuning_type": "full", "learning_rate": 1e-5}
+SFT = {"stage": "sft", "dataset": "gpu_sft", "packing": True}
+GRPO = {"stage": "grpo", "dataset": "demo_sft", "num_generations": 8, "max_completion_length": 64, "beta": 0.0,
+        "reward_funcs": [f"{REPO / 'examples' / 'grpo_demo_rewards.py'}:digit_share"]}
 CASES = {  # name -> keys on top of the shared ones
-    "sft-lora": {"stage": "sft", "dataset": "gpu_sft", "packing": True, **LORA},
-    "sft-full": {"stage": "sft", "dataset": "gpu_sft", "packing": True, **FULL},
-    "sft-full-zero2": {"stage": "sft", "dataset": "gpu_sft", "packing": True, **FULL,
-                       "deepspeed": str(REPO / "examples" / "deepspeed" / "ds_z2_config.json")},
-    "sft-full-zero3": {"stage": "sft", "dataset": "gpu_sft", "packing": True, **FULL,
-                       "deepspeed": str(REPO / "examples" / "deepspeed" / "ds_z3_config.json")},
+    "sft-lora": {**SFT, **LORA},
+    "sft-full": {**SFT, **FULL},
+    "sft-full-zero2": {**SFT, **FULL, "deepspeed": str(REPO / "examples" / "deepspeed" / "ds_z2_config.json")},
+    "sft-full-zero3": {**SFT, **FULL, "deepspeed": str(REPO / "examples" / "deepspeed" / "ds_z3_config.json")},
     "dpo-lora": {"stage": "dpo", "dataset": "demo_pref", "pref_beta": 0.1, "precompute_ref": True, **LORA},
-    "sft-qlora": {"stage": "sft", "dataset": "gpu_sft", "packing": True, "quantization_bit": 4, **LORA},
+    "grpo-lora": {**GRPO, **LORA},
+    "sft-lora-liger": {**SFT, **LORA, "enable_liger_kernel": True},
+    "sft-full-fp8": {**SFT, **FULL, "fp8": True},
+    "sft-qlora": {**SFT, "quantization_bit": 4, **LORA},
 }
 # Qwen3-VL end to end through `tuneline train` (tiny preset; LLaMA-Factory's image and video demo, its rlhf_v pairs):
-# where torchvision and PyAV load, the command a user runs, images and videos mixed. No MFU: the model is tiny.
+# where torchvision (and for videos PyAV) load, the command a user runs. No MFU: the model is tiny.
 VLM_DATA = REPO / "tests" / "fixtures" / "llamafactory-mm"
 VLM = {"vlm_preset": "qwen3_vl", "template": "qwen3_vl_nothink", "dataset_dir": str(VLM_DATA), "cutoff_len": 4096,
        "per_device_train_batch_size": 2, **LORA}
 CASES.update({
-    "sft-qwen3vl": {"stage": "sft", "dataset": "mllm_demo,mllm_video_demo", **VLM},
+    "sft-qwen3vl-images": {"stage": "sft", "dataset": "mllm_demo", **VLM},
+    "sft-qwen3vl-videos": {"stage": "sft", "dataset": "mllm_video_demo", **VLM},
     "dpo-qwen3vl": {"stage": "dpo", "dataset": "rlhf_v", "pref_beta": 0.1, **VLM},
 })
+# `make gpu-check`'s cases; the others run when --cases names them.
+DEFAULT_CASES = ("sft-lora", "sft-full", "sft-full-zero3", "dpo-lora", "grpo-lora", "sft-qwen3vl-images",
+                 "sft-qwen3vl-videos", "sft-lora-liger", "sft-full-fp8")
+# What LLaMA-Factory 0.9.5 cannot run, by case: its side says so instead of failing.
+NOT_IN_LLAMAFACTORY = {"grpo-lora": "LLaMA-Factory 0.9.5 has no grpo stage"}
 TUNELINE_ONLY = ("pipeline_cache_dir", "mlflow_tracking_uri", "mlflow_experiment", "precompute_ref")
 
 
@@ -101,10 +111,11 @@ def linear_weights(model_dir: Path) -> int:
 
 
 def skip_reason(name: str, device: str) -> str | None:
+    """Why a case cannot run here (a package or the device), said before anything starts."""
     from tuneline.data.mm.requirements import video_requirements_problem
 
     case = CASES[name]
-    if "vlm_preset" in case and (problem := video_requirements_problem()):
+    if "video" in case["dataset"] and (problem := video_requirements_problem()):
         return problem
     if case.get("quantization_bit") and device != "cuda":
         return "QLoRA needs CUDA"
@@ -112,6 +123,8 @@ def skip_reason(name: str, device: str) -> str | None:
         return "bitsandbytes is not installed (pip install bitsandbytes)"
     if case.get("deepspeed") and importlib.util.find_spec("deepspeed") is None:
         return "deepspeed is not installed"
+    if case.get("fp8") and device != "cuda":
+        return "fp8 needs a CUDA card of compute capability 8.9 or more"
     return None
 
 
@@ -156,33 +169,65 @@ def prepare_data(work: Path) -> None:
                                                         "demo_pref": info["demo_pref"]}, indent=2))
 
 
+def _seconds(value) -> float | None:
+    """trainer_log's elapsed_time: seconds (tuneline) or "H:MM:SS" (LLaMA-Factory, whole seconds)."""
+    if isinstance(value, str):
+        hours, minutes, seconds = value.split(":")
+        return 3600 * int(hours) + 60 * int(minutes) + float(seconds)
+    return value
+
+
 def read_training(output_dir: Path) -> dict:
-    """Steps, steady tokens/s, training seconds, peak GPU memory and final loss from a run's trainer_log.jsonl."""
+    """Steps, steady tokens/s and s/step, training seconds, peak GPU memory and final loss from a run's
+    trainer_log.jsonl (and train_results.json's train_runtime where the run wrote one). Each system counts its own
+    tokens: LLaMA-Factory's `include_num_input_tokens_seen` counts padding too, so s/step is the like-for-like one."""
     lines = [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines() if line.strip()]
+    for line in lines:
+        line["elapsed_time"] = _seconds(line.get("elapsed_time"))
     timed = [e for e in lines if e.get("total_tokens") and e.get("elapsed_time")]
     # from the first log line on: the steps before it (allocator growth, kernel choice) are warm-up
     first, last = (timed[0] if len(timed) > 1 else None), (timed[-1] if timed else None)
+    step_s = None
     if first and last["elapsed_time"] > first["elapsed_time"]:
-        tokens_per_s = (last["total_tokens"] - first["total_tokens"]) / (last["elapsed_time"] - first["elapsed_time"])
+        window = last["elapsed_time"] - first["elapsed_time"]
+        tokens_per_s = (last["total_tokens"] - first["total_tokens"]) / window
+        step_s = window / max(1, last["current_steps"] - first["current_steps"])
     else:
         tokens_per_s = last["total_tokens"] / last["elapsed_time"] if last else None
     memory = [e["peak_gpu_memory_mb"] for e in lines if e.get("peak_gpu_memory_mb")]
     losses = [e.get("train_loss", e.get("loss")) for e in lines if e.get("train_loss", e.get("loss")) is not None]
+    results = output_dir / "train_results.json"
+    runtime = json.loads(results.read_text()).get("train_runtime") if results.is_file() else None
     return {"steps": max((e.get("current_steps", 0) for e in lines), default=0), "tokens_per_s": tokens_per_s,
-            "train_s": last["elapsed_time"] if last else None, "peak_gpu_mb": max(memory) if memory else None,
-            "loss": losses[-1] if losses else None}
+            "step_s": step_s, "train_s": runtime or (last["elapsed_time"] if last else None),
+            "peak_gpu_mb": max(memory) if memory else None, "loss": losses[-1] if losses else None}
 
 
-def run_case(work: Path, name: str, config: Path, system: str, device: str) -> dict:
+def llamafactory_command(site: Path | None) -> list[str] | None:
+    """How LLaMA-Factory's `train` is started: from a wheelhouse's target folder (`--llamafactory-site`, on the GPU
+    machine), else .venv-peer's `llamafactory-cli`; None where neither is there."""
+    if site is not None:
+        if not (site / "llamafactory").is_dir():
+            return None
+        return [sys.executable, "-c", "import sys; from llamafactory.cli import main; sys.argv[0] = "
+                "'llamafactory-cli'; sys.exit(main())"]
+    return [str(PEER_CLI)] if PEER_CLI.is_file() else None
+
+
+def run_case(work: Path, name: str, config: Path, system: str, device: str, peer: list[str] | None = None,
+             site: Path | None = None) -> dict:
     """One `tuneline train` (or `llamafactory-cli train`) of a case; its figures, or the error's last lines."""
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     if system == "llamafactory":
-        command = [str(PEER_CLI), "train", str(config)]
+        command = [*peer, "train", str(config)]
         env["FORCE_TORCHRUN"] = "1" if CASES[name].get("deepspeed") else env.get("FORCE_TORCHRUN", "0")
+        if site is not None:  # LLaMA-Factory's pins (transformers 5.6) before the image's, and none of ours
+            env["PYTHONPATH"] = str(site)
     else:
-        command = [str(Path(sys.executable).parent / "tuneline"), "train", str(config)]
+        command = [sys.executable, "-m", "flows.cli", "train", str(config)]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     start = time.perf_counter()
     proc = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True)
     row = {"case": name, "system": system, "wall_s": time.perf_counter() - start}
@@ -199,14 +244,15 @@ def _cell(value, spec: str) -> str:
 
 def results_table(rows: list[dict], per_token: dict[str, int], peak: float | None) -> str:
     """The printed table: one line per case and system, MFU against `peak` TFLOPS."""
-    lines = ["| case | system | steps | wall s | train s | tokens/s | MFU % | peak GPU GiB | loss | note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | system | steps | wall s | train s | s/step | tokens/s | MFU % | peak GPU GiB | loss | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         util = mfu(r.get("tokens_per_s"), per_token.get(r["case"], 0), peak)
         memory = r["peak_gpu_mb"] / 1024 if r.get("peak_gpu_mb") else None
         note = r.get("skipped") or " ".join(r.get("error", []))[:120]
         lines.append(f"| {r['case']} | {r['system']} | {r.get('steps', '-')} | {_cell(r.get('wall_s'), '.0f')} | "
-                     f"{_cell(r.get('train_s'), '.0f')} | {_cell(r.get('tokens_per_s'), '.0f')} | "
+                     f"{_cell(r.get('train_s'), '.0f')} | {_cell(r.get('step_s'), '.3f')} | "
+                     f"{_cell(r.get('tokens_per_s'), '.0f')} | "
                      f"{_cell(util and 100 * util, '.1f')} | {_cell(memory, '.2f')} | {_cell(r.get('loss'), '.4f')} | "
                      f"{note} |")
     return "\n".join(lines)
@@ -222,82 +268,124 @@ def device_name(device: str) -> str:
     return torch.cuda.get_device_name(0)
 
 
-def plan(work: Path, names: list[str], steps: int, device: str, llamafactory: bool) -> list[tuple[str, str, Path]]:
-    """(case, system, config) for every run, each config written and checked as `tuneline check` would."""
+def plan(work: Path, names: list[str], steps: int, device: str, systems: tuple[str, ...], peer: list[str] | None
+         ) -> tuple[list[tuple[str, str, Path]], dict[tuple[str, str], str]]:
+    """(case, system, config) for every run, each config written and checked as `tuneline check` would, and the
+    (case, system) pairs skipped with the reason: a key tuneline refuses (its message), no LLaMA-Factory, no stage."""
     from tuneline.config import load_config
+    from tuneline.errors import ConfigError
 
-    runs = []
+    runs, skipped = [], {}
     for name in names:
         values = case_config(work, name, steps, device)
-        load_config(None, values, check_paths=False)  # a ConfigError here is a fault of this script
-        runs.append((name, "tuneline", write_config(work, name, values, "tuneline")))
-        if llamafactory and PEER_CLI.is_file():
+        try:
+            load_config(None, values, check_paths=False)
+        except ConfigError as refused:  # a key not honoured yet (enable_liger_kernel, fp8): said, not failed
+            skipped[(name, "tuneline")] = f"tuneline refuses the config: {refused}"
+        else:
+            if "tuneline" in systems:
+                runs.append((name, "tuneline", write_config(work, name, values, "tuneline")))
+        if "llamafactory" not in systems:
+            continue
+        if reason := NOT_IN_LLAMAFACTORY.get(name) or (None if peer else "LLaMA-Factory is not installed"):
+            skipped[(name, "llamafactory")] = reason
+        else:
             runs.append((name, "llamafactory", write_config(
                 work, name, case_config(work, name, steps, device, "llamafactory"), "llamafactory")))
-    return runs
+    return runs, skipped
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated subset of {', '.join(CASES)}")
     parser.add_argument("--preset", default="half-b", help="tuneline.tiny_model preset of the model built")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the card's dense bf16 peak, for MFU")
-    parser.add_argument("--llamafactory", action="store_true", help="also run LLaMA-Factory from .venv-peer")
+    parser.add_argument("--systems", default="tuneline,llamafactory", help="tuneline, llamafactory or both")
+    parser.add_argument("--llamafactory-site", default=None, help="LLaMA-Factory installed into this target folder")
+    parser.add_argument("--time-budget", type=float, default=540, help="seconds: later runs are skipped, saying so")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--dry-run", action="store_true", help="write and check the configs, print the plan")
-    parser.add_argument("--no-batching", action="store_true", help="skip benchmarks/batching.py (run first)")
+    parser.add_argument("--batching", action="store_true", help="first run benchmarks/batching.py and vision_check")
     parser.add_argument("--work", default=None, help="workspace folder (default: a temporary one)")
+    parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.cases.split(",")) - set(CASES))
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    if bad := set(args.systems.split(",")) - {"tuneline", "llamafactory"}:
+        parser.error(f"unknown system(s) {', '.join(sorted(bad))}; choose from tuneline, llamafactory")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def print_plan(runs: list, skipped: dict) -> None:
+    for (name, system), reason in skipped.items():
+        print(f"{name} ({system}): skipped, {reason}")
+    for name, system, config in runs:
+        print(f"{name} ({system}): {'llamafactory-cli' if system == 'llamafactory' else 'tuneline'} train {config}")
+
+
+def prepare(work: Path, preset: str, runs: list) -> int:
+    """The models (built offline) and data the runs need; the Linear weights of the text model, for MFU."""
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
     from tuneline.tiny_vlm import build_tiny_vlm
 
+    if not (work / "model" / "config.json").is_file():
+        build_tiny_model(work / "model", **TINY_PRESETS[preset])
+    for preset_name in {CASES[name].get("vlm_preset") for name, _, _ in runs} - {None}:
+        if not (work / "vlm" / preset_name / "config.json").is_file():
+            build_tiny_vlm(work / "vlm" / preset_name, preset_name)
+    prepare_data(work)
+    return linear_weights(work / "model")
+
+
+def run_all(work: Path, runs: list, args: argparse.Namespace, peer: list[str] | None) -> list[dict]:
+    """Every run in turn, until the time budget is spent: the runs after it are listed as skipped."""
+    started, rows = time.perf_counter(), []
+    site = Path(args.llamafactory_site).resolve() if args.llamafactory_site else None
+    for name, system, config in runs:
+        if time.perf_counter() - started > args.time_budget:
+            rows.append({"case": name, "system": system, "skipped": f"over the {args.time_budget:.0f} s budget"})
+            continue
+        rows.append(run_case(work, name, config, system, args.device, peer, site))
+        print(f"{name} ({system}): done in {rows[-1]['wall_s']:.0f} s", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="tuneline-gpu-check-")).resolve()
-    names = args.cases.split(",")
-    skipped = {name: reason for name in names if (reason := skip_reason(name, args.device))}
-    runs = plan(work, [n for n in names if n not in skipped], args.steps, args.device, args.llamafactory)
-    if args.llamafactory and not PEER_CLI.is_file():
-        print(f"LLaMA-Factory: skipped, {PEER_CLI} is absent (benchmarks/README.md says how to make .venv-peer)")
-    for name, reason in skipped.items():
-        print(f"{name}: skipped, {reason}")
-    for name, system, config in runs:
-        print(f"{name} ({system}): {'llamafactory-cli' if system == 'llamafactory' else 'tuneline'} train {config}")
+    names, systems = args.cases.split(","), tuple(args.systems.split(","))
+    peer = llamafactory_command(Path(args.llamafactory_site).resolve() if args.llamafactory_site else None)
+    skipped = {(name, system): reason for name in names for system in systems
+               if (reason := skip_reason(name, args.device))}
+    runs, refused = plan(work, [n for n in names if (n, systems[0]) not in skipped], args.steps, args.device,
+                         systems, peer)
+    skipped.update(refused)
+    print_plan(runs, skipped)
     if args.dry_run:
         return 0
-    if not args.no_batching:  # padded against padding-free batches per attention, on the same sizes
+    if args.batching:  # padded against padding-free batches per attention, and the vision families
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "batching.py"), "--device", args.device,
                         "--preset", args.preset, "--json", str(work / "batching.json")], check=False)
-    if importlib.util.find_spec("torchvision"):  # the Qwen-VL families, which need it, and the others
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "vision_check.py"), "--device", args.device],
                        check=False)
     gpu = device_name(args.device)
     peak = peak_tflops(gpu, args.peak_tflops)
-    if not (work / "model" / "config.json").is_file():
-        build_tiny_model(work / "model", **TINY_PRESETS[args.preset])
-    for preset in {CASES[name].get("vlm_preset") for name, _, _ in runs} - {None}:
-        if not (work / "vlm" / preset / "config.json").is_file():
-            build_tiny_vlm(work / "vlm" / preset, preset)
-    prepare_data(work)
-    weights = linear_weights(work / "model")
-    rows = [{"case": name, "system": "tuneline", "skipped": reason} for name, reason in skipped.items()]
-    for name, system, config in runs:
-        rows.append(run_case(work, name, config, system, args.device))
-        print(f"{name} ({system}): done in {rows[-1]['wall_s']:.0f} s", flush=True)
+    weights = prepare(work, args.preset, runs)
+    rows = [{"case": name, "system": system, "skipped": reason} for (name, system), reason in skipped.items()]
+    rows += run_all(work, runs, args, peer)
+    rows.sort(key=lambda r: (names.index(r["case"]), r["system"]))
     table = results_table(rows, {name: flops_per_token(weights, CASES[name]) for name in CASES}, peak)
-    (work / "gpu_check.json").write_text(json.dumps({"device": gpu, "peak_tflops": peak, "linear_weights": weights,
-                                                     "steps": args.steps, "rows": rows}, indent=2))
+    result = json.dumps({"device": gpu, "peak_tflops": peak, "linear_weights": weights, "steps": args.steps,
+                         "rows": rows}, indent=2)
+    for path in {work / "gpu_check.json", *([Path(args.json)] if args.json else [])}:
+        path.write_text(result)
     print(f"\n{gpu}; {weights / 1e6:.1f}M Linear weights; MFU against "
           f"{f'{peak:.0f} TFLOPS bf16' if peak else 'no known peak (pass --peak-tflops)'}\n{table}\n"
           f"workspace: {work}")
-    return 0
+    failed = [r for r in rows if r.get("error")]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
