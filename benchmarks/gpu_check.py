@@ -156,7 +156,8 @@ def write_config(work: Path, name: str, values: dict, system: str) -> Path:
 
 
 def prepare_data(work: Path) -> None:
-    """Synthetic alpaca-style rows for sft (train_throughput's generator) and the demo preference pairs for dpo."""
+    """Synthetic alpaca-style rows for sft (train_throughput's generator); the demo preference pairs for dpo and the
+    demo sft rows, whose answers the grpo reward reads, for grpo."""
     sys.path.insert(0, str(Path(__file__).parent))
     from train_throughput import alpaca_rows
 
@@ -164,9 +165,11 @@ def prepare_data(work: Path) -> None:
     data.mkdir(parents=True, exist_ok=True)
     (data / "gpu_sft.json").write_text(json.dumps(alpaca_rows(4000)))
     info = json.loads((REPO / "data" / "dataset_info.json").read_text())
-    (data / "demo_pref.json").write_text((REPO / "data" / "demo_pref.json").read_text())
+    for name in ("demo_pref", "demo_sft"):
+        (data / info[name]["file_name"]).write_text((REPO / "data" / info[name]["file_name"]).read_text())
     (data / "dataset_info.json").write_text(json.dumps({"gpu_sft": {"file_name": "gpu_sft.json"},
-                                                        "demo_pref": info["demo_pref"]}, indent=2))
+                                                        "demo_pref": info["demo_pref"], "demo_sft": info["demo_sft"]},
+                                                       indent=2))
 
 
 def _seconds(value) -> float | None:
@@ -276,8 +279,12 @@ def plan(work: Path, names: list[str], steps: int, device: str, systems: tuple[s
     from tuneline.errors import ConfigError
 
     runs, skipped = [], {}
+    prepare_data(work)
     for name in names:
         values = case_config(work, name, steps, device)
+        known = json.loads((Path(values["dataset_dir"]) / "dataset_info.json").read_text())
+        if missing := [d for d in values["dataset"].split(",") if d not in known]:
+            raise SystemExit(f"gpu_check's case {name}: dataset {missing} is not in {values['dataset_dir']}")
         try:
             load_config(None, values, check_paths=False)
         except ConfigError as refused:  # a key not honoured yet (enable_liger_kernel, fp8): said, not failed
@@ -325,8 +332,8 @@ def print_plan(runs: list, skipped: dict) -> None:
         print(f"{name} ({system}): {'llamafactory-cli' if system == 'llamafactory' else 'tuneline'} train {config}")
 
 
-def prepare(work: Path, preset: str, runs: list) -> int:
-    """The models (built offline) and data the runs need; the Linear weights of the text model, for MFU."""
+def prepare_models(work: Path, preset: str, runs: list) -> int:
+    """The models the runs need, built offline; the Linear weights of the text model, for MFU."""
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
     from tuneline.tiny_vlm import build_tiny_vlm
 
@@ -335,7 +342,6 @@ def prepare(work: Path, preset: str, runs: list) -> int:
     for preset_name in {CASES[name].get("vlm_preset") for name, _, _ in runs} - {None}:
         if not (work / "vlm" / preset_name / "config.json").is_file():
             build_tiny_vlm(work / "vlm" / preset_name, preset_name)
-    prepare_data(work)
     return linear_weights(work / "model")
 
 
@@ -372,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                        check=False)
     gpu = device_name(args.device)
     peak = peak_tflops(gpu, args.peak_tflops)
-    weights = prepare(work, args.preset, runs)
+    weights = prepare_models(work, args.preset, runs)
     rows = [{"case": name, "system": system, "skipped": reason} for (name, system), reason in skipped.items()]
     rows += run_all(work, runs, args, peer)
     rows.sort(key=lambda r: (names.index(r["case"]), r["system"]))
