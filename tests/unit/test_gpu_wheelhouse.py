@@ -3,7 +3,7 @@ as Python 3.12 on Linux reads them, the versions pinned from the venv tested her
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import zipfile
 from pathlib import Path
 
@@ -13,12 +13,10 @@ from packaging.requirements import Requirement
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def wheelhouse():
-    spec = importlib.util.spec_from_file_location("gpu_wheelhouse", REPO / "benchmarks" / "gpu_wheelhouse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def wheelhouse(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # a script folder, not a package
+    return importlib.import_module("gpu_wheelhouse")
 
 
 def test_the_image_meets_what_its_known_versions_satisfy_and_roots_need_bounds_it_can_show(wheelhouse):
