@@ -221,6 +221,8 @@ def run_case(work: Path, name: str, config: Path, system: str, device: str, peer
              site: Path | None = None) -> dict:
     """One `tuneline train` (or `llamafactory-cli train`) of a case; its figures, or the error's last lines."""
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # a wheelhouse installed with --no-compile imports slowly at its first start: Prefect's 20 s are not enough
+    env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     if system == "llamafactory":

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -102,15 +103,17 @@ def image_meets(req: Requirement, root: bool) -> bool:
     return not root or not any(spec.operator in ("<", "<=", "==", "~=", "===") for spec in req.specifier)
 
 
-def requirements_of(archive: Path) -> list[Requirement]:
-    """A wheel's Requires-Dist for Python 3.12 on Linux, extras left out; an sdist's none (it builds there)."""
+def requirements_of(archive: Path, extras: frozenset[str] = frozenset()) -> list[Requirement]:
+    """A wheel's Requires-Dist for Python 3.12 on Linux, with those of the `extras` asked for (`httpx[http2]` needs
+    h2); an sdist's none (it builds there)."""
     if archive.suffix != ".whl":
         return []
     with zipfile.ZipFile(archive) as wheel:
         metadata = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
         message = Parser().parsestr(wheel.read(metadata).decode())
     reqs = [Requirement(line) for line in message.get_all("Requires-Dist") or []]
-    return [r for r in reqs if r.marker is None or r.marker.evaluate({**TARGET_ENV, "extra": ""})]
+    envs = [{**TARGET_ENV, "extra": extra} for extra in ("", *sorted(extras))]
+    return [r for r in reqs if r.marker is None or any(r.marker.evaluate(env) for env in envs)]
 
 
 def download(specs: list[str], out: Path) -> None:
@@ -137,28 +140,52 @@ def archive_of(out: Path, name: str) -> Path:
     return next(p for p in out.iterdir() if re.sub(r"[-_.]+", "_", p.name.lower()).startswith(stem + "_"))
 
 
+def extras_of_image_package(req: Requirement, scratch: Path, local: dict[str, str]) -> list[Requirement]:
+    """What an extra of a package the image has needs beyond the package (`httpx[http2]`: h2): read from its wheel,
+    downloaded aside, never carried."""
+    download([pinned(req, local)], scratch)
+    archive = archive_of(scratch, canonicalize_name(req.name))
+    base = {str(r) for r in requirements_of(archive)}
+    return [r for r in requirements_of(archive, frozenset(req.extras)) if str(r) not in base]
+
+
 def build_load(roots: list[str], out: Path, local: dict[str, str], dropped: dict[str, str]) -> dict[str, Path]:
-    """Download the closure of `roots` that the image lacks into `out` (LLaMA-Factory's own requirements are not
-    walked: see LLAMAFACTORY_NEEDS); name -> its archive."""
+    """Download the closure of `roots` that the image lacks into `out`, extras included (LLaMA-Factory's own
+    requirements are not walked: see LLAMAFACTORY_NEEDS); name -> its archive."""
     out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-wheelhouse-metadata-"))  # image packages' wheels, read, not carried
     chosen: dict[str, Path] = {}
+    walked: dict[str, frozenset[str]] = {}  # name -> the extras whose requirements are in the walk
     level = [(req, canonicalize_name(req.name) != "llamafactory") for req in map(Requirement, roots)]
     root = True
     while level:
-        todo = {}
+        todo: dict[str, tuple[Requirement, bool]] = {}
+        more: list[Requirement] = []
         for req, walk in level:
-            name = canonicalize_name(req.name)
-            if name in chosen or name in todo or name in dropped or image_meets(req, root):
+            name, extras = canonicalize_name(req.name), frozenset(req.extras)
+            if name in dropped or (walk and extras <= walked.get(name, frozenset()) and name in chosen):
                 continue
-            todo[name] = (req, walk)
-        if not todo:
-            break
-        download([pinned(req, local) for req, _ in todo.values()], out)
-        level, root = [], False
-        for name, (_, walk) in todo.items():
+            if name in chosen:  # carried already: the requirements of extras newly asked for
+                more += requirements_of(chosen[name], extras)
+            elif image_meets(req, root):
+                if extras - walked.get(name, frozenset()):
+                    more += extras_of_image_package(req, scratch, local)
+            elif name in todo:
+                todo[name][0].extras.update(extras)
+                continue
+            else:
+                todo[name] = (req, walk)
+                continue
+            walked[name] = walked.get(name, frozenset()) | extras
+        if todo:
+            download([pinned(req, local) for req, _ in todo.values()], out)
+        level, root = [(r, True) for r in more], False
+        for name, (req, walk) in todo.items():
             chosen[name] = archive_of(out, name)
+            walked[name] = frozenset(req.extras)
             if walk:
-                level += [(r, True) for r in requirements_of(chosen[name])]
+                level += [(r, True) for r in requirements_of(chosen[name], walked[name])]
+    shutil.rmtree(scratch)
     return chosen
 
 

@@ -41,6 +41,7 @@ def test_a_wheels_requirements_are_read_for_python_312_on_linux(wheelhouse, tmp_
     wheel = _wheel(tmp_path, ["a>=1", "b; python_version < '3.12'", "c; sys_platform == 'win32'",
                               "d; extra == 'dev'", "e; python_version >= '3.12' and platform_system == 'Linux'"])
     assert [r.name for r in wheelhouse.requirements_of(wheel)] == ["a", "e"]
+    assert [r.name for r in wheelhouse.requirements_of(wheel, frozenset({"dev"}))] == ["a", "d", "e"]
     assert wheelhouse.requirements_of(tmp_path / "deepspeed-0.19.8.tar.gz") == []  # an sdist: built there
 
 
