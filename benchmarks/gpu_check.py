@@ -32,6 +32,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -217,6 +218,15 @@ def llamafactory_command(site: Path | None) -> list[str] | None:
     return [str(PEER_CLI)] if PEER_CLI.is_file() else None
 
 
+def error_line(output: str) -> str:
+    """The line that says what went wrong: tuneline's own `error: ...` message, else the first exception's
+    `SomeError: ...` line (a temporary server's shutdown noise follows it), else the last line."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    told = [line for line in lines if line.startswith("error:")]
+    raised = [line for line in lines if re.match(r"\w*(Error|Exception)\b:", line)]
+    return (told[-1:] or raised[:1] or lines[-1:] or ["no output"])[0]
+
+
 def run_case(work: Path, name: str, config: Path, system: str, device: str, peer: list[str] | None = None,
              site: Path | None = None) -> dict:
     """One `tuneline train` (or `llamafactory-cli train`) of a case; its figures, or the error's last lines."""
@@ -239,7 +249,7 @@ def run_case(work: Path, name: str, config: Path, system: str, device: str, peer
     output_dir = work / "out" / system / name
     if proc.returncode or not (output_dir / "trainer_log.jsonl").is_file():
         (work / f"{system}-{name}.log").write_text(proc.stdout + proc.stderr)
-        return {**row, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]}
+        return {**row, "error": [error_line(proc.stdout + proc.stderr)]}
     return {**row, **read_training(output_dir)}
 
 

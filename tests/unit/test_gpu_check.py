@@ -166,6 +166,15 @@ def test_llamafactorys_log_reads_too_its_runtime_from_train_results(gpu_check, t
     assert figures["train_s"] == 63.25 and figures["loss"] == 1.2
 
 
+def test_a_failed_run_is_told_by_its_error_line_not_the_noise_after_it(gpu_check):
+    output = ("Traceback (most recent call last):\nRuntimeError: Timed out while attempting to connect\n"
+              "05:42:41 | ERROR | uvicorn.error - Traceback (most recent call last):\n"
+              "AssertionError: Reactive triggers not started\n05:42:41 | ERROR | uvicorn.error - shutdown failed.\n")
+    assert gpu_check.error_line(output) == "RuntimeError: Timed out while attempting to connect"
+    assert gpu_check.error_line("x\nerror: dataset 'a' is not in data/dataset_info.json\nbye\n").startswith("error:")
+    assert gpu_check.error_line("just a line\n") == "just a line" and gpu_check.error_line("") == "no output"
+
+
 def test_the_training_log_carries_peak_gpu_memory_only_where_cuda_runs(tmp_path, monkeypatch):
     """No GPU here: torch.cuda's answers are stood in for, to check what the log line holds with one."""
     import torch
