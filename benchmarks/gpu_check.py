@@ -111,7 +111,14 @@ def linear_weights(model_dir: Path) -> int:
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
-def skip_reason(name: str, device: str) -> str | None:
+def installed(package: str, system: str, site: Path | None) -> bool:
+    """Whether `package` imports where `system` runs: this process, or LLaMA-Factory's target folder."""
+    if system == "llamafactory" and site is not None:
+        return (site / package).is_dir()
+    return importlib.util.find_spec(package) is not None
+
+
+def skip_reason(name: str, device: str, system: str = "tuneline", site: Path | None = None) -> str | None:
     """Why a case cannot run here (a package or the device), said before anything starts."""
     from tuneline.data.mm.requirements import video_requirements_problem
 
@@ -120,9 +127,9 @@ def skip_reason(name: str, device: str) -> str | None:
         return problem
     if case.get("quantization_bit") and device != "cuda":
         return "QLoRA needs CUDA"
-    if case.get("quantization_bit") and importlib.util.find_spec("bitsandbytes") is None:
+    if case.get("quantization_bit") and not installed("bitsandbytes", system, site):
         return "bitsandbytes is not installed (pip install bitsandbytes)"
-    if case.get("deepspeed") and importlib.util.find_spec("deepspeed") is None:
+    if case.get("deepspeed") and not installed("deepspeed", system, site):
         return "deepspeed is not installed"
     if case.get("fp8") and device != "cuda":
         return "fp8 needs a CUDA card of compute capability 8.9 or more"
@@ -283,14 +290,14 @@ def device_name(device: str) -> str:
     return torch.cuda.get_device_name(0)
 
 
-def plan(work: Path, names: list[str], steps: int, device: str, systems: tuple[str, ...], peer: list[str] | None
-         ) -> tuple[list[tuple[str, str, Path]], dict[tuple[str, str], str]]:
-    """(case, system, config) for every run, each config written and checked as `tuneline check` would, and the
-    (case, system) pairs skipped with the reason: a key tuneline refuses (its message), no LLaMA-Factory, no stage."""
+def plan(work: Path, names: list[str], steps: int, device: str, systems: tuple[str, ...], peer: list[str] | None,
+         skipped: dict[tuple[str, str], str]) -> list[tuple[str, str, Path]]:
+    """(case, system, config) for every run, each config written and checked as `tuneline check` would; adds to
+    `skipped` the pairs that cannot run, with the reason: a key tuneline refuses (its message), no LLaMA-Factory."""
     from tuneline.config import load_config
     from tuneline.errors import ConfigError
 
-    runs, skipped = [], {}
+    runs = []
     prepare_data(work)
     for name in names:
         values = case_config(work, name, steps, device)
@@ -300,18 +307,17 @@ def plan(work: Path, names: list[str], steps: int, device: str, systems: tuple[s
         try:
             load_config(None, values, check_paths=False)
         except ConfigError as refused:  # a key not honoured yet (enable_liger_kernel, fp8): said, not failed
-            skipped[(name, "tuneline")] = f"tuneline refuses the config: {refused}"
-        else:
-            if "tuneline" in systems:
-                runs.append((name, "tuneline", write_config(work, name, values, "tuneline")))
-        if "llamafactory" not in systems:
+            skipped.setdefault((name, "tuneline"), f"tuneline refuses the config: {refused}")
+        if "tuneline" in systems and (name, "tuneline") not in skipped:
+            runs.append((name, "tuneline", write_config(work, name, values, "tuneline")))
+        if "llamafactory" not in systems or (name, "llamafactory") in skipped:
             continue
         if reason := NOT_IN_LLAMAFACTORY.get(name) or (None if peer else "LLaMA-Factory is not installed"):
             skipped[(name, "llamafactory")] = reason
         else:
             runs.append((name, "llamafactory", write_config(
                 work, name, case_config(work, name, steps, device, "llamafactory"), "llamafactory")))
-    return runs, skipped
+    return runs
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -374,12 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="tuneline-gpu-check-")).resolve()
     names, systems = args.cases.split(","), tuple(args.systems.split(","))
-    peer = llamafactory_command(Path(args.llamafactory_site).resolve() if args.llamafactory_site else None)
+    site = Path(args.llamafactory_site).resolve() if args.llamafactory_site else None
+    peer = llamafactory_command(site)
     skipped = {(name, system): reason for name in names for system in systems
-               if (reason := skip_reason(name, args.device))}
-    runs, refused = plan(work, [n for n in names if (n, systems[0]) not in skipped], args.steps, args.device,
-                         systems, peer)
-    skipped.update(refused)
+               if (reason := skip_reason(name, args.device, system, site))}
+    runs = plan(work, names, args.steps, args.device, systems, peer, skipped)
+    skipped = {pair: reason for pair, reason in skipped.items() if pair[1] in systems}
     print_plan(runs, skipped)
     if args.dry_run:
         return 0

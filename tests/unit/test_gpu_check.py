@@ -78,6 +78,20 @@ def test_llamafactory_gets_the_same_yaml_without_tunelines_own_keys(gpu_check, t
     assert "llamafactory-cli train" in capsys.readouterr().out
 
 
+def test_llamafactorys_side_needs_its_packages_in_its_own_folder(gpu_check, tmp_path, capsys):
+    """The second call's LLaMA-Factory load holds its DeepSpeed; this process's does not count for that side."""
+    (tmp_path / "site" / "llamafactory").mkdir(parents=True)
+    gpu_check.main(["--dry-run", "--cases", "sft-full-zero3,sft-lora", "--systems", "llamafactory",
+                    "--llamafactory-site", str(tmp_path / "site"), "--work", str(tmp_path / "w")])
+    printed = capsys.readouterr().out
+    assert "sft-full-zero3 (llamafactory): skipped, deepspeed is not installed" in printed
+    assert "sft-lora (llamafactory): llamafactory-cli train" in printed and "(tuneline)" not in printed
+    (tmp_path / "site" / "deepspeed").mkdir()
+    gpu_check.main(["--dry-run", "--cases", "sft-full-zero3", "--systems", "llamafactory",
+                    "--llamafactory-site", str(tmp_path / "site"), "--work", str(tmp_path / "w")])
+    assert "sft-full-zero3 (llamafactory): llamafactory-cli train" in capsys.readouterr().out
+
+
 def test_llamafactory_from_a_wheelhouse_target_runs_in_this_python_with_only_that_folder(gpu_check, tmp_path):
     assert gpu_check.llamafactory_command(tmp_path) is None  # nothing installed there
     (tmp_path / "llamafactory").mkdir()
