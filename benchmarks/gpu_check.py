@@ -112,9 +112,10 @@ def linear_weights(model_dir: Path) -> int:
 
 
 def installed(package: str, system: str, site: Path | None) -> bool:
-    """Whether `package` imports where `system` runs: this process, or LLaMA-Factory's target folder."""
-    if system == "llamafactory" and site is not None:
-        return (site / package).is_dir()
+    """Whether `package` imports where `system` runs: this process, or LLaMA-Factory's target folder or venv."""
+    if system == "llamafactory":
+        folders = [site] if site is not None else list(PEER_CLI.parent.parent.glob("lib/python3*/site-packages"))
+        return any((folder / package).is_dir() for folder in folders)
     return importlib.util.find_spec(package) is not None
 
 
@@ -240,13 +241,15 @@ def run_case(work: Path, name: str, config: Path, system: str, device: str, peer
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     # a wheelhouse installed with --no-compile imports slowly at its first start: Prefect's 20 s are not enough
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    if device == "cpu":  # LLaMA-Factory counts GPUs for torchrun's processes: one on the CPU
+        env.update(CUDA_VISIBLE_DEVICES="", NPROC_PER_NODE="1")
     if system == "llamafactory":
         command = [*peer, "train", str(config)]
         env["FORCE_TORCHRUN"] = "1" if CASES[name].get("deepspeed") else env.get("FORCE_TORCHRUN", "0")
         if site is not None:  # LLaMA-Factory's pins (transformers 5.6) before the image's, and none of ours
             env["PYTHONPATH"] = str(site)
+        else:  # its DeepSpeed runs start `torchrun`, found on PATH: .venv-peer's own
+            env["PATH"] = os.pathsep.join((str(PEER_CLI.parent), env.get("PATH", "")))
     else:
         command = [sys.executable, "-m", "flows.cli", "train", str(config)]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
