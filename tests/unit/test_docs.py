@@ -109,3 +109,11 @@ def test_a_served_alias_says_where_it_comes_from():
     for page in PAGES:
         for line in page.read_text(encoding="utf-8").splitlines():
             assert "@champion" not in line or "retrain" in line, f"{page.name}: {line}"
+
+
+def test_user_docs_hold_current_figures_not_their_history():
+    """No issue numbers, development dates or commits in what users read: the history lives in git."""
+    history = re.compile(r"\bissue\b|(?<![\w/])#\d+\b|\b20\d\d-\d\d-\d\d\b|\b(?:commit|at) [0-9a-f]{7,40}\b", re.I)
+    found = [f"{page.name}: {line.strip()[:80]}" for page in PAGES
+             for line in page.read_text(encoding="utf-8").splitlines() if history.search(line)]
+    assert found == []
