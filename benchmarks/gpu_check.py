@@ -1,29 +1,30 @@
-"""GPU check: `python benchmarks/gpu_check.py [--steps 300] [--cases sft-lora,...] [--peak-tflops N] [--llamafactory]
-[--dry-run] [--device cpu]` (`make gpu-check` runs it with its defaults).
+"""GPU check: `python benchmarks/gpu_check.py [--steps 30] [--cases sft-lora,...] [--systems tuneline,llamafactory]
+[--llamafactory-site DIR] [--time-budget 540] [--peak-tflops N] [--batching] [--dry-run] [--device cpu] [--preset P]`
+(`make gpu-check` installs a wheelhouse from benchmarks/gpu_wheelhouse.py and runs it).
 
 For a CUDA machine. Builds a Llama of about half a billion parameters offline (`tuneline tiny-model --preset half-b`:
-random weights, the tiny tokenizer), then trains it through `tuneline train` (one subprocess per case, the command a
-user runs): bf16 sft LoRA and full, full sft under DeepSpeed ZeRO-2 and ZeRO-3, dpo LoRA with the reference
-log-probs precomputed, QLoRA 4-bit when bitsandbytes imports, and where torchvision and PyAV load, a tiny Qwen3-VL
-on LLaMA-Factory's image and video demo (sft) and its rlhf_v image pairs (dpo). Each case runs `--steps` steps; its figures come
-from the run's trainer_log.jsonl: non-padding tokens/s between the first and the last logged step (the steps
-before the first log line are warm-up), peak GPU memory (`peak_gpu_memory_mb`: torch.cuda.max_memory_allocated of
+random weights, the tiny tokenizer) and a tiny Qwen3-VL, then trains them through `tuneline train` (one subprocess
+per case, the command a user runs: Prefect's temporary server, MLflow on SQLite): bf16 sft LoRA and full, full sft
+under ZeRO-3, dpo LoRA with the reference log-probs precomputed, grpo LoRA, Qwen3-VL sft on LLaMA-Factory's image
+demo and on its video demo, sft LoRA with `enable_liger_kernel` and full sft with `fp8` (and with --cases: ZeRO-2,
+QLoRA, Qwen3-VL dpo). Then the same YAMLs through LLaMA-Factory 0.9.5's `llamafactory-cli train`: from a target
+folder (`--llamafactory-site`, the wheelhouse's second load) or `.venv-peer`. A case that cannot run is listed with
+why: a key tuneline refuses (its message), a package missing (PyAV, DeepSpeed, bitsandbytes), a stage LLaMA-Factory
+lacks, the time budget spent. Each case runs `--steps` steps; its figures come from the run's trainer_log.jsonl:
+tokens/s and seconds per step between the first and the last logged step (the steps before the first log line are
+warm-up), train_results.json's runtime, peak GPU memory (`peak_gpu_memory_mb`: torch.cuda.max_memory_allocated of
 the training process), the final loss, and the whole command's wall time.
-
-First, `benchmarks/batching.py` compares padded and padding-free sft batches per attention kernel on the same
-model sizes (`--no-batching` skips it), and where torchvision imports, `benchmarks/vision_check.py` trains the four
-tiny vision-language presets on LLaMA-Factory's image demo (Qwen-VL processors need torchvision).
 
 Model FLOPs utilisation = flops_per_token x tokens/s / the card's dense bf16 peak, with flops_per_token = 6 x N for
 full tuning (forward 2N, input gradients 2N, weight gradients 2N; Kaplan's 6N) and 4 x N for LoRA, QLoRA and dpo
 LoRA (the frozen weights get no gradient), where N counts the weights of every Linear layer (lm_head included,
 embeddings not); attention's own FLOPs are not counted, so long sequences read low. The peaks come from a small
 table by GPU name (`--peak-tflops` for any other card). dpo counts the tokens of both answers of each pair.
+LLaMA-Factory counts padding in its tokens: s/step is the figure to compare across the two.
 
-`--llamafactory` runs LLaMA-Factory 0.9.5 (`.venv-peer`, see README.md) on the same YAML where it can (its dpo
-computes the reference live); without `.venv-peer` it says so and goes on. `--dry-run` writes and validates every
-case's config and prints the plan, with no model and no training; `--device cpu` trains on the CPU (fp32, no
-QLoRA), for checking the script itself. Figures only: nothing here is asserted.
+`--batching` first runs `benchmarks/batching.py` and `benchmarks/vision_check.py`. `--dry-run` writes and validates
+every case's config and data and prints the plan, with no model and no training; `--device cpu` trains on the CPU
+(fp32), for checking the whole path. Figures only: nothing here is asserted.
 """
 
 from __future__ import annotations
