@@ -53,12 +53,25 @@ test: $(STAMP) lint chromium
 acceptance: $(STAMP)
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=15 -m acceptance tests
 
-# On a CUDA machine: a ~0.5B Llama built offline, trained through `tuneline train` by each GPU path (LoRA, full,
-# ZeRO-2/3, dpo, QLoRA when bitsandbytes installs); prints tokens/s, MFU and peak GPU memory. GPU_CHECK_ARGS passes
-# options (--steps, --cases, --peak-tflops, --llamafactory). bitsandbytes without its dependencies: torch stays ours.
-gpu-check: $(STAMP)
-	$(BIN)/pip install -q --no-deps bitsandbytes || echo "bitsandbytes did not install: the QLoRA case is skipped"
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+# On a CUDA machine: a ~0.5B Llama built offline, trained through `tuneline train` by each case (sft LoRA and full,
+# ZeRO-3, dpo, grpo, Qwen3-VL on images and videos, Liger, fp8), then the same YAMLs through LLaMA-Factory; one table
+# (benchmarks/gpu_check.py). A machine with no package index gets the wheels of `benchmarks/gpu_wheelhouse.py`:
+# $(WHEELHOUSE)/tuneline and/or $(WHEELHOUSE)-llamafactory/llamafactory, installed offline into $(GPU_SITE) on top of
+# its torch and transformers (DeepSpeed, an sdist, built there with no op). Without a wheelhouse, .venv runs it.
+# GPU_CHECK_ARGS passes options (--dry-run, --device cpu, --preset, --cases, --steps, --systems, --time-budget).
+WHEELHOUSE ?= .whl
+GPU_SITE ?= /tmp/tuneline-gpu-site
+gpu-check:
+	@if [ -d $(WHEELHOUSE)/tuneline ] || [ -d $(WHEELHOUSE)-llamafactory/llamafactory ]; then \
+		for load in $(WHEELHOUSE)/tuneline $(WHEELHOUSE)-llamafactory/llamafactory; do \
+			[ ! -d $$load ] || DS_BUILD_OPS=0 $(PY) -m pip install -q --no-index --no-deps --no-build-isolation \
+				--no-compile --upgrade --target $(GPU_SITE)/$$(basename $$load) $$load/* || exit 1; \
+		done; \
+		PYTHONPATH=$(CURDIR):$(GPU_SITE)/tuneline PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) benchmarks/gpu_check.py \
+			$$([ -d $(GPU_SITE)/llamafactory ] && echo --llamafactory-site $(GPU_SITE)/llamafactory) $(GPU_CHECK_ARGS); \
+	else \
+		$(MAKE) -s install && PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS); \
+	fi
 
 # Fault suite: real flow processes killed (SIGKILL of the process group) at five points, a truncated checkpoint and
 # dataset cache entry, a full disk (a small tmpfs: needs root) during a checkpoint save; each rerun must finish
