@@ -93,3 +93,31 @@ def test_the_train_step_launches_the_ray_driver_with_the_settings(tmp_path):
     assert RaySettings.from_json(cmd[cmd.index("--ray") + 1]).num_workers == 2
     assert worker_resources(config.ray, use_cpu=True) == ({"CPU": 2}, False)  # no GPU here: trains on CPU
     assert worker_resources(config.ray, use_cpu=False) == ({"GPU": 1, "CPU": 2}, True)
+
+
+def test_a_failed_fit_ends_the_driver_with_the_childs_own_line():
+    """Ray Train's own error type, as a fit raises it when a worker's child exits with a user error (code 2: not
+    retried by the flow) or dies."""
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from tuneline.pipeline.ray_launch import CHILD_FAILED, failure_of
+
+    said = WorkerGroupError("Training failed", {1: RuntimeError(f"{CHILD_FAILED}2] output_dir 'out' holds another "
+                                                                "run\nTraceback (most recent call last): ...")})
+    assert failure_of(said) == (2, "output_dir 'out' holds another run")
+    died = WorkerGroupError("Training failed", {0: RuntimeError(f"{CHILD_FAILED}-9] worker 0")})
+    assert failure_of(died) == (1, "worker 0")
+
+
+def test_an_unreachable_cluster_is_one_line_before_anything_starts(tmp_path, capsys):
+    from ports import free_port
+
+    from flows.cli import run
+
+    config = tmp_path / "c.yaml"
+    config.write_text(BASE + f"output_dir: {tmp_path / 'out'}\n")
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    assert run(["train", str(config), f"ray_address={address}", "pipeline_cache_dir=/shared/cache"]) == 2
+    said = capsys.readouterr().err
+    assert f"cannot reach the Ray cluster at {address}" in said and "ray start --head" in said
+    assert "Traceback" not in said and not (tmp_path / "out").exists()

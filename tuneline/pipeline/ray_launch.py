@@ -19,17 +19,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 from tuneline.config.ray_keys import RaySettings
 from tuneline.errors import UserError
+from tuneline.ray_cluster import refuse_unreachable, unreachable
 from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
 
 # What the flow's side puts in the child's environment, carried to workers on other machines (a local Ray's workers
 # inherit this driver's whole environment).
+CHILD_FAILED = "[tuneline child exit "  # how a worker's failure names its child's exit code and error line
+CHILD_FAILURE = re.compile(re.escape(CHILD_FAILED) + r"(-?\d+)\] (.*?)(?:\nTraceback|\Z)", re.S)
 CARRIED_PREFIXES = ("TUNELINE_", "MLFLOW_", "HF_", "DS_", "OMP_NUM_THREADS", "TORCH_EXTENSIONS_DIR")
 
 
@@ -62,13 +67,11 @@ def start_ray(settings: RaySettings, workers_cpus: float, on_line=print) -> None
     else:
         kwargs.setdefault("address", settings.address)
         on_line(f"joining the Ray cluster at {kwargs['address']}")
+        refuse_unreachable(kwargs["address"])
     try:
         ray.init(**kwargs)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
-        where = kwargs.get("address") or "this machine"
-        raise UserError(f"cannot reach the Ray cluster at {where} ({str(err).splitlines()[0][:200]}): start it "
-                        "(`ray start --head` on its head machine) or fix 'ray_address' / RAY_ADDRESS; nothing of the "
-                        "training was recorded as done, so the same command continues once Ray answers") from None
+        raise unreachable(kwargs.get("address") or "this machine", str(err).splitlines()[0][:200]) from None
 
 
 def build_trainer(config, config_path: str, dataset: str | None, settings: RaySettings, use_cpu: bool):
@@ -115,13 +118,27 @@ def run_child(loop: dict) -> None:
                         f"{context.get_world_rank()}: run the flow from a folder every machine mounts at that path")
     cmd = [sys.executable, "-m", "tuneline.train", loop["config"], *(["--dataset", loop["dataset"]]
                                                                      if loop["dataset"] else [])]
+    tail: deque[str] = deque(maxlen=40)
     with subprocess.Popen(cmd, cwd=loop["cwd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace", bufsize=1, preexec_fn=die_with_parent) as proc:
         for line in proc.stdout:
             print(line, end="", flush=True)
+            tail.append(line.rstrip("\n"))
         code = proc.wait()
     if code != 0:
-        raise RuntimeError(f"the training child of Ray worker {context.get_world_rank()} exited with code {code}")
+        said = [i for i, line in enumerate(tail) if line.startswith(ERROR_PREFIX)]
+        why = "\n".join(list(tail)[said[-1]:][:12])[len(ERROR_PREFIX):] if said else f"worker {context.get_world_rank()}"
+        raise RuntimeError(f"{CHILD_FAILED}{code}] {why}")
+
+
+def failure_of(err) -> tuple[int, str]:
+    """The exit code and error line a failed fit ends this driver with: the children's own (exit code 2 with their
+    `tuneline: error:` line for what the user can fix), else the first line of Ray's."""
+    for failure in (getattr(err, "worker_failures", None) or {}).values():
+        if found := CHILD_FAILURE.search(str(failure)):
+            code = int(found.group(1))
+            return (code if code == UserError.exit_code else 1), found.group(2).strip()
+    return 1, str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
 
 
 def free_port() -> int:
@@ -137,12 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", required=True, help="the run's Ray settings, as RaySettings.to_json() writes them")
     parser.add_argument("--dataset", default=None)
     args = parser.parse_args(argv)
-    from tuneline.train.__main__ import die_with_parent as die_with_flow
-    from tuneline.train.__main__ import user_errors_end_the_process
-
-    die_with_flow()
+    if os.environ.get(DIE_WITH_PARENT_ENV) == "1" and die_with_parent() and os.getppid() == 1:
+        os._exit(1)  # the flow died before prctl took effect
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # the flow's log shows the workers' lines as text, not colours
-    with user_errors_end_the_process():
+    try:
         from tuneline.config import load_config
         from tuneline.devices import gpu_count
 
@@ -157,11 +172,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             build_trainer(config, args.config, args.dataset, settings, use_cpu).fit()
         except TrainingFailedError as err:
-            print(f"{ERROR_PREFIX}training on Ray failed ({settings.max_failures} restarts allowed, 'ray_max_failures'): "
-                  f"{str(err).splitlines()[0][:300]}", file=sys.stderr, flush=True)
-            return 1
+            code, why = failure_of(err)
+            print(f"{ERROR_PREFIX}{why}" if code == UserError.exit_code else
+                  f"training on Ray failed after {settings.max_failures} restarts ('ray_max_failures'): {why}",
+                  file=sys.stderr, flush=True)
+            return code
         finally:
             ray.shutdown()
+    except UserError as err:  # one `tuneline: error:` line the train step shows, as the training child does
+        print(ERROR_PREFIX + str(err).replace("\n", "\n  "), file=sys.stderr, flush=True)
+        return err.exit_code
     return 0
 
 
