@@ -16,6 +16,7 @@ from tuneline.config.checkpointing import resolve_checkpointing
 from tuneline.config.coerce import coerce
 from tuneline.config.ray_keys import RAY_KEYS, ray_run_problems, ray_settings
 from tuneline.config.run_config import RunConfig
+from tuneline.config.torchrun_env import torchrun_values
 from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
 from tuneline.config.validate import check_combinations
 from tuneline.errors import ConfigError, did_you_mean
@@ -69,10 +70,11 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     raw.update(overrides or {})
+    from_torchrun, problems = torchrun_values(raw)
+    raw.update(from_torchrun)
     source = str(path) if path else None
     values: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
     training: dict[str, Any] = dict(TRAINING_DEFAULTS)
-    problems: list[str] = []
     ray_values: dict[str, Any] = {}
     for key, value in raw.items():
         if key in GROUP_FIELDS:
