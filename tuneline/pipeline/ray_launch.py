@@ -23,6 +23,8 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -59,8 +61,9 @@ def start_ray(settings: RaySettings, workers_cpus: float, on_line=print) -> None
     """Join the named cluster, or start a local Ray sized for the workers; a cluster out of reach is a UserError."""
     import ray
 
-    kwargs = {"include_dashboard": False, "log_to_driver": True, **settings.init_kwargs}
+    kwargs = {"log_to_driver": True, **settings.init_kwargs}
     if settings.local:
+        kwargs.setdefault("include_dashboard", False)
         kwargs.setdefault("num_cpus", max(len(os.sched_getaffinity(0)), int(workers_cpus + 0.999)))
         os.environ.pop("RAY_ADDRESS", None)
         on_line(f"starting a local Ray for {settings.num_workers} workers (no ray_address: it stops with the run)")
@@ -70,7 +73,9 @@ def start_ray(settings: RaySettings, workers_cpus: float, on_line=print) -> None
         refuse_unreachable(kwargs["address"])
     try:
         ray.init(**kwargs)
-    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
+    except ValueError as err:  # ray.init's own checks of what it was given
+        raise UserError(f"'ray_init_kwargs: {settings.init_kwargs}': ray.init refused them: {err}") from None
+    except (ConnectionError, TimeoutError, RuntimeError) as err:
         raise unreachable(kwargs.get("address") or "this machine", str(err).splitlines()[0][:200]) from None
 
 
@@ -85,7 +90,7 @@ def build_trainer(config, config_path: str, dataset: str | None, settings: RaySe
     env = {k: v for k, v in os.environ.items() if k.startswith(CARRIED_PREFIXES)}
     loop = {"config": str(Path(config_path).absolute()), "dataset": dataset, "cwd": os.getcwd(), "env": env,
             "master_addr": settings.master_addr, "master_port": settings.master_port, "use_cpu": not use_gpu,
-            "threads": max(1, int(resources.get("CPU", 1)))}
+            "threads": max(1, int(resources.get("CPU", 1))), "driver_pid": os.getpid() if settings.local else None}
     return TorchTrainer(
         run_child, train_loop_config=loop, torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         scaling_config=ScalingConfig(num_workers=settings.num_workers, use_gpu=use_gpu,
@@ -121,6 +126,8 @@ def run_child(loop: dict) -> None:
     tail: deque[str] = deque(maxlen=40)
     with subprocess.Popen(cmd, cwd=loop["cwd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace", bufsize=1, preexec_fn=die_with_parent) as proc:
+        if loop["driver_pid"]:
+            threading.Thread(target=end_with_driver, args=(loop["driver_pid"], proc), daemon=True).start()
         for line in proc.stdout:
             print(line, end="", flush=True)
             tail.append(line.rstrip("\n"))
@@ -129,6 +136,18 @@ def run_child(loop: dict) -> None:
         said = [i for i, line in enumerate(tail) if line.startswith(ERROR_PREFIX)]
         why = "\n".join(list(tail)[said[-1]:][:12])[len(ERROR_PREFIX):] if said else f"worker {context.get_world_rank()}"
         raise RuntimeError(f"{CHILD_FAILED}{code}] {why}")
+
+
+def end_with_driver(pid: int, proc: subprocess.Popen) -> None:
+    """A local Ray's workers outlive a driver killed outright (its cluster goes, nothing stops them), and a child
+    would train on, holding output_dir's lock: each worker watches its driver and ends its child and itself."""
+    while proc.poll() is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            proc.kill()
+            os._exit(1)
+        time.sleep(0.5)
 
 
 def failure_of(err) -> tuple[int, str]:
