@@ -33,10 +33,10 @@ from tuneline.errors import UserError
 from tuneline.ray_cluster import refuse_unreachable, unreachable
 from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
 
-# What the flow's side puts in the child's environment, carried to workers on other machines (a local Ray's workers
-# inherit this driver's whole environment).
 CHILD_FAILED = "[tuneline child exit "  # how a worker's failure names its child's exit code and error line
 CHILD_FAILURE = re.compile(re.escape(CHILD_FAILED) + r"(-?\d+)\] (.*?)(?:\nTraceback|\Z)", re.S)
+# What the flow's side puts in the child's environment, carried to workers on other machines (a local Ray's workers
+# inherit this driver's whole environment).
 CARRIED_PREFIXES = ("TUNELINE_", "MLFLOW_", "HF_", "DS_", "OMP_NUM_THREADS", "TORCH_EXTENSIONS_DIR")
 
 
@@ -76,7 +76,11 @@ def start_ray(settings: RaySettings, workers_cpus: float, on_line=print) -> None
     except ValueError as err:  # ray.init's own checks of what it was given
         raise UserError(f"'ray_init_kwargs: {settings.init_kwargs}': ray.init refused them: {err}") from None
     except (ConnectionError, TimeoutError, RuntimeError) as err:
-        raise unreachable(kwargs.get("address") or "this machine", str(err).splitlines()[0][:200]) from None
+        why = str(err).splitlines()[0][:200]
+        if not settings.local:  # it answered on its port: Ray's token authentication is the usual reason
+            why += ("; a cluster with token authentication needs RAY_AUTH_MODE=token here and its token (RAY_AUTH_TOKEN "
+                    "or ~/.ray/auth_token, as `ray get-auth-token` prints it on the head)")
+        raise unreachable(kwargs.get("address") or "this machine", why) from None
 
 
 def build_trainer(config, config_path: str, dataset: str | None, settings: RaySettings, use_cpu: bool):
