@@ -6,7 +6,6 @@ checkpoint and end with the weights of an uninterrupted run (2 processes under `
 from __future__ import annotations
 
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -81,6 +80,3 @@ def _dump(config, path):
 
     return dump_config(config, path)
 
-
-def teardown_module():
-    shutil.rmtree("/tmp/ray/session_latest/logs", ignore_errors=True)  # a local Ray's logs stay behind otherwise
