@@ -20,6 +20,7 @@ from tuneline.devices import gpu_count
 from tuneline.errors import DataError, did_you_mean
 from tuneline.grpo_rewards import grpo_machine_problems
 from tuneline.publish import hub_token_problems
+from tuneline.ray_cluster import cluster_problems
 from tuneline.requirements import missing_requirements
 from tuneline.secrets import is_secret
 
@@ -60,7 +61,7 @@ def machine_and_library_problems(config: RunConfig) -> list[str]:
     cuda = gpu_count() > 0 and not config.training.get("use_cpu")
     problems = (template_problems(config) + missing_requirements(config, cuda) + hub_token_problems(config)
                 + hub_media_problems(config))
-    problems += grpo_machine_problems(config, cuda)
+    problems += grpo_machine_problems(config, cuda) + cluster_problems(config)
     if cuda and not config.pipeline.num_processes and not badam_problems(config):  # one process per GPU
         problems += badam_problems(config, gpu_count())
     if cuda and not config.pipeline.num_processes and not optimizer_problems(config):

@@ -38,6 +38,7 @@ TRAINED = {  # example -> the file a finished training leaves in output_dir
 VALIDATED = {"examples/extras/galore/llama3_full_sft.yaml", "examples/extras/apollo/llama3_full_sft.yaml",
              "examples/extras/adam_mini/qwen2_full_sft.yaml"}
 STEPS = 2
+RAY_EXAMPLE = "examples/train_lora/qwen3_lora_sft_ray.yaml"
 # The tiny model's tokenizer is ChatML's: llama3's stop words are not tokens of it, so the llama3 examples add them,
 # as the refusal of a template whose stop words a tokenizer lacks says to.
 LLAMA3_TOKENS = "add_special_tokens=<|eot_id|>,<|eom_id|>"
@@ -216,14 +217,35 @@ def test_the_nlg_eval_predict_config_runs_unchanged_with_a_trained_adapter(prefe
     assert {k: run.data.metrics[k] for k in scores} == pytest.approx(scores)
 
 
-def test_the_ray_example_is_refused_up_front_with_what_to_use_instead(checkout, tiny_model_dir, monkeypatch, capsys):
-    from flows.cli import run
+@pytest.mark.acceptance
+def test_the_ray_example_trains_on_ray_as_it_does_on_accelerate(prefect_api, checkout, tiny_model_dir, monkeypatch):
+    """LLaMA-Factory's Ray example on a local Ray (2 CPU workers over gloo: its GPU per worker left out on a machine
+    without one), against the same config without its Ray keys on `accelerate launch` with 2 processes: the same
+    losses at every logged step, each run one finished MLflow run. Only model, data, output and length overridden
+    (its own logging_steps: 10, hence 20 steps)."""
+    import yaml
+    from mlflow import MlflowClient
+
+    from tuneline.config.ray_keys import RAY_KEYS
 
     monkeypatch.chdir(checkout)
-    out = checkout / "saves" / "ray"
-    assert run(["train", "examples/train_lora/qwen3_lora_sft_ray.yaml", f"model_name_or_path={tiny_model_dir}",
-                "dataset_dir=data", f"output_dir={out}"]) == 2  # its dataset_dir is a hub repo
-    refused = capsys.readouterr().err
-    assert "'ray_num_workers'" in refused and "Ray" in refused and "num_machines" in refused
-    assert "docs/machines.md" in refused and "problems" not in refused and "Traceback" not in refused
-    assert not out.exists()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    common = [f"model_name_or_path={tiny_model_dir}", "dataset_dir=data", "max_steps=20"]
+    on_ray = train(checkout, RAY_EXAMPLE, *common, "ray_num_workers=2", f"output_dir={checkout / 'saves' / 'ray'}")
+    plain = {k: v for k, v in yaml.safe_load((checkout / RAY_EXAMPLE).read_text()).items() if k not in RAY_KEYS}
+    (checkout / "no_ray.yaml").write_text(yaml.safe_dump(plain))
+    on_accelerate = train(checkout, "no_ray.yaml", *common, "num_processes=2",
+                          f"output_dir={checkout / 'saves' / 'accelerate'}")
+
+    def losses(result):
+        logged = [json.loads(line) for line in Path(result["output_dir"], "trainer_log.jsonl").read_text().splitlines()]
+        return {entry["current_steps"]: entry["loss"] for entry in logged if "loss" in entry}
+
+    assert sorted(losses(on_ray)) == [10, 20]
+    assert losses(on_ray) == pytest.approx(losses(on_accelerate), rel=1e-4)
+    state = json.loads(Path(on_ray["output_dir"], "trainer_state.json").read_text())
+    assert state["train_batch_size"] == 1  # per worker: the example's batch, on each of the 2
+    client = MlflowClient(f"sqlite:///{checkout / 'mlflow.db'}")
+    run = client.get_run(on_ray["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and on_ray["mlflow_run_id"] != on_accelerate["mlflow_run_id"]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [10, 20]

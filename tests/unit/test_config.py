@@ -97,16 +97,6 @@ def test_unsupported_llamafactory_option_is_refused_only_when_on(tmp_path):
     assert "does not support" in problems_of(tmp_path, BASE + "use_unsloth: true\n")
 
 
-def test_ray_keys_are_refused_in_one_message_that_names_what_to_use(tmp_path, monkeypatch):
-    message = problems_of(tmp_path, BASE + "ray_num_workers: 4\nplacement_strategy: PACK\nresources_per_worker:\n"
-                                           "  GPU: 1\n")
-    assert "problems)" not in message and "'ray_num_workers', 'placement_strategy', 'resources_per_worker'" in message
-    assert "num_machines" in message and "train-node" in message and "docs/machines.md" in message
-    assert "did you mean" not in message
-    monkeypatch.setenv("USE_RAY", "1")  # how LLaMA-Factory turns Ray on, with no key at all
-    assert "the environment variable USE_RAY" in problems_of(tmp_path, BASE)
-
-
 def test_do_predict_alone_predicts_without_training(tmp_path):
     predict = "model_name_or_path: org/model\neval_dataset: demo_sft_eval\ndo_predict: true\npredict_with_generate: true\n"
     config = load_config(write(tmp_path, predict), check_paths=False)

@@ -15,8 +15,9 @@ from tuneline.config.args import GROUPS
 from tuneline.config.checkpointing import resolve_checkpointing
 from tuneline.config.coerce import coerce
 from tuneline.config.llamafactory_keys import REFUSED, refused_problems
-from tuneline.config.ray_keys import RAY_KEYS, ray_problems
+from tuneline.config.ray_keys import RAY_KEYS, ray_run_problems, ray_settings
 from tuneline.config.run_config import RunConfig
+from tuneline.config.torchrun_env import torchrun_values
 from tuneline.config.training_keys import TRAINING_DEFAULTS, TRAINING_KEYS, UNSUPPORTED_KEYS
 from tuneline.config.validate import check_combinations
 from tuneline.errors import ConfigError, did_you_mean
@@ -70,12 +71,13 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     raw.update(overrides or {})
+    from_torchrun, problems = torchrun_values(raw)
+    raw.update(from_torchrun)
     source = str(path) if path else None
     values: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
     training: dict[str, Any] = dict(TRAINING_DEFAULTS)
-    problems: list[str] = []
-    ray_keys: list[str] = []
     refused: dict[str, Any] = {}
+    ray_values: dict[str, Any] = {}
     for key, value in raw.items():
         if key in GROUP_FIELDS:
             group, fld, annotation = GROUP_FIELDS[key]
@@ -90,21 +92,22 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list
             if value != UNSUPPORTED_KEYS[key]:
                 refused[key] = value
             problem = None
-        elif key in RAY_KEYS:  # one message for them all, below
-            ray_keys.append(key)
+        elif key in RAY_KEYS:  # read together, below: one key turns Ray on for the others
+            ray_values[key] = value
             problem = None
         else:
             problem = f"unknown key '{key}'{did_you_mean(key, ALL_KEYS)}"
         if problem:
             problems.append(problem)
-    problems += ray_problems(ray_keys) + refused_problems(refused, {
+    ray, ray_refusals = ray_settings(ray_values)
+    problems += ray_refusals + refused_problems(refused, {
         key: REFUSED[key][1] if key in REFUSED else f"only its default, {UNSUPPORTED_KEYS[key]!r}, is accepted"
         for key in refused})
     if "do_train" not in raw and training.get("do_predict"):  # LLaMA-Factory's default: predict only
         training["do_train"] = False
-    config = RunConfig(**{g: GROUPS[g](**v) for g, v in values.items()}, training=training, source=source)
+    config = RunConfig(**{g: GROUPS[g](**v) for g, v in values.items()}, training=training, source=source, ray=ray)
     _fill_derived(config)
-    problems += resolve_checkpointing(config)
+    problems += resolve_checkpointing(config) + ray_run_problems(config)
     problems += check_combinations(config, check_paths=check_paths) + (more_checks(config) if more_checks else [])
     if problems:
         raise ConfigError(problems, source=source)

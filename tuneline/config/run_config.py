@@ -9,6 +9,7 @@ from typing import Any
 
 from tuneline.config.args import DataArgs, FinetuningArgs, GeneratingArgs, ModelArgs, PipelineArgs
 from tuneline.config.grpo_keys import GrpoArgs
+from tuneline.config.ray_keys import RaySettings
 from tuneline.secrets import MASK, is_secret
 
 
@@ -22,6 +23,7 @@ class RunConfig:
     training: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
     grpo: GrpoArgs = field(default_factory=GrpoArgs)
+    ray: RaySettings | None = None  # training on Ray: where its workers run, not what they train (not in flat())
 
     # --- views
     def flat(self) -> dict[str, Any]:

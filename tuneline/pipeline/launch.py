@@ -57,6 +57,10 @@ def launch_command(config, config_path: Path | str, dataset_path: str | None = N
         raise UserError(f"'machine_rank: {config.pipeline.machine_rank}': the flow (`tuneline train`) runs on the main "
                         "machine only (machine_rank 0); start the others with `tuneline train-node CONFIG "
                         "--machine-rank N`")
+    if config.ray is not None:  # Ray places the workers, each running the same child (tuneline.pipeline.ray_launch)
+        from tuneline.pipeline.ray_launch import driver_command
+
+        return driver_command(config, config_path, dataset_path)
     dataset = ["--dataset", str(dataset_path)] if dataset_path else []
     return [*launcher(config), "-m", "tuneline.train", str(config_path), *dataset]
 
