@@ -49,7 +49,8 @@ def _command_lines(program: str, inline: bool = True) -> list[tuple[str, str]]:
     found = []
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
-        lines = [line for lang, block in _blocks(page) if lang in ("", "bash", "sh") for line in block.splitlines()]
+        lines = [line for lang, block in _blocks(page) if lang in ("", "bash", "sh")
+                 for line in block.replace("\\\n", " ").splitlines()]  # a command continued with `\` is one line
         if inline:
             lines += re.findall(r"(?<!`)`([^`\n]+)`(?!`)", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
         found += [(page.name, line.split("  #")[0].split(" # ")[0].strip()) for line in lines
