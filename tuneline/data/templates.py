@@ -197,7 +197,9 @@ def _special_ids(tokenizer, special: Special) -> list[int]:
 
 def template_from_tokenizer(tokenizer) -> Template | None:
     """Slots read off the tokenizer's jinja chat template by rendering placeholder conversations (None without one);
-    conversations with tools are left to the chat template itself where it writes tools (`native_tools.probe`)."""
+    conversations with tools are left to the chat template itself where it writes tools (`native_tools.probe`). A
+    template whose answer holds `<think>` reads as a reasoning template, so `enable_thinking` and
+    `preserve_thinking` apply to it as to the named ones."""
     if not isinstance(getattr(tokenizer, "chat_template", None), str):
         return None
 
@@ -212,6 +214,11 @@ def template_from_tokenizer(tokenizer) -> Template | None:
     user = user_full[len(prefix):]
     with_answer = render([{"role": "user", "content": mark}, {"role": "assistant", "content": mark}], False)
     assistant = with_answer[len(prefix) + len(user):]
+    # a chat template that writes a thought into answers (Qwen3's empty one) is a reasoning one: the thought words come
+    # off the slot and are added per answer as the catalogue's reasoning templates add them (LLaMA-Factory's reading)
+    reasoning = THOUGHT_WORDS[0].strip() in assistant
+    if reasoning:
+        assistant = assistant.replace(THOUGHT_WORDS[0].strip(), "").replace(THOUGHT_WORDS[1].strip(), "").lstrip("\n")
     try:
         system = render([{"role": "system", "content": mark}], False)[len(prefix):]
         user_empty_sys = render([{"role": "system", "content": ""}, {"role": "user", "content": mark}], True)
@@ -226,7 +233,7 @@ def template_from_tokenizer(tokenizer) -> Template | None:
     return Template(
         name="auto", user=(user,), assistant=(assistant,), system=(system,) if system else None,
         function=(assistant,), observation=(user,), prefix=(prefix,) if prefix else (),
-        default_system=default_system, tool_format=tool_format, native=native,
+        default_system=default_system, reasoning=reasoning, tool_format=tool_format, native=native,
     )
 
 

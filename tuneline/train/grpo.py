@@ -20,7 +20,7 @@ from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 from tuneline.config.grpo_keys import NOT_FOR_RLOO
 from tuneline.errors import ConfigError
-from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_trainer, split_of
+from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_trainer, speak_trained_template, split_of
 
 PROMPT_COLUMNS = ["prompt", "solution"]  # what trl reads and hands to the reward functions; the ids stay behind
 
@@ -85,6 +85,7 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict[str, Any]:
     reward_funcs, names = resolve_reward_funcs(config, tokenizer, args.device)
     set_seed(args.seed)
     model = load_model(config, tokenizer, is_trainable=True)
+    speak_trained_template(config, tokenizer)
     callbacks = build_callbacks(config, args.output_dir, extra_callbacks)
     trainer = TRAINERS[config.stage][1](
         model=model, reward_funcs=reward_funcs, args=args, train_dataset=prompts_of(train),

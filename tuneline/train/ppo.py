@@ -39,6 +39,7 @@ from tuneline.rollouts import sample_answers, sampled_reward
 from tuneline.train import ppo_core
 from tuneline.train.ppo_models import ValueHead, load_policy, load_reference, save_policy
 from tuneline.train.ppo_schedule import PPOSchedule, loader_settings, lr_scheduler, prompt_batches
+from tuneline.train.trainer_base import speak_trained_template
 
 
 @dataclass
@@ -344,6 +345,7 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict:
     policy = load_model(config, tokenizer, is_trainable=True).to(args.device)
     reference, context = load_reference(config, tokenizer, policy)
     head = ValueHead(policy.config.hidden_size).to(args.device)
+    speak_trained_template(config, tokenizer)
     loop = PPOLoop(config, args, policy, tokenizer, reward_model, head, reference.to(args.device), context)
     collator = build_collator("ppo", tokenizer, config.data.pad_to_multiple_of)
     callbacks = build_callbacks(config, output_dir, extra_callbacks)

@@ -243,6 +243,7 @@ def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec)
     model = load_model(config, tokenizer, is_trainable=args.do_train, add_valuehead=spec.add_valuehead)
     media = dataset_media(config, tokenizer, [split_of(datasets, "train"), split_of(datasets, "validation")])
     collator = build_collator(spec.name, tokenizer, config.data.pad_to_multiple_of, media=media)
+    speak_trained_template(config, tokenizer, media.processor if media is not None else None)
     callbacks = build_callbacks(config, args.output_dir, extra_callbacks)
     if media is not None:
         callbacks.append(SaveProcessorCallback(media.processor))
@@ -250,6 +251,15 @@ def run_stage(config, dataset_ref: dict, extra_callbacks: list, spec: StageSpec)
             args.dataloader_num_workers = MEDIA_LOADER_WORKERS
     trainer = build_trainer(config, spec, model, tokenizer, datasets, collator, callbacks, args=args)
     return run_trainer(trainer, config, spec, tokenizer, callbacks)
+
+
+def speak_trained_template(config, tokenizer, processor=None) -> None:
+    """The tokenizer (and processor) saved into output_dir and every checkpoint carry the training template as their
+    chat_template, as an export does: users load and serve those folders directly, and a server formats prompts with
+    the chat_template alone. Set once the data is built and the model loaded; nothing in training reads it."""
+    from tuneline.export_chat import prepare_chat
+
+    prepare_chat(config, tokenizer, processor)
 
 
 def run_trainer(trainer, config, spec: StageSpec, tokenizer, callbacks: list) -> dict[str, Any]:

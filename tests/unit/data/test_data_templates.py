@@ -281,6 +281,27 @@ def test_auto_without_a_chat_template_is_empty(char_tokenizer):
     assert get_template("auto", tokenizer).replace(today=None) == TEMPLATES["empty"]
 
 
+@pytest.mark.parametrize("thinking", [{}, {"enable_thinking": False}, {"preserve_thinking": True}])
+def test_auto_reads_a_chat_template_that_thinks_as_a_reasoning_template(char_tokenizer, thinking):
+    """Qwen3's own chat template (as trl ships it) writes an empty thought into the answer it is probed with: auto
+    reads it as a reasoning template with the thought off the answer slot, as LLaMA-Factory does, so it encodes as
+    the catalogue's qwen3 does and the thinking keys apply; before, every answer got a literal thought."""
+    from trl.chat_template_utils import qwen3_chat_template
+
+    tokenizer = copy.deepcopy(char_tokenizer)
+    tokenizer.chat_template = qwen3_chat_template
+    auto, named = get_template("auto", tokenizer, **thinking), get_template("qwen3", tokenizer, **thinking)
+    assert auto.reasoning and auto.slots["assistant"] == ("{{content}}<|im_end|>\n",)
+    thought = "<think>\nr\n</think>\n\n"
+    chats = [CHAT, [CHAT[0], {"role": "assistant", "content": thought + "yo"}, *CHAT[2:]]]
+    for chat in chats:
+        for system in ("S", None):
+            assert (auto.encode_multiturn(tokenizer, chat, system=system)
+                    == named.encode_multiturn(tokenizer, chat, system=system)), (chat, system)
+            assert auto.encode_oneturn(tokenizer, chat, system) == named.encode_oneturn(tokenizer, chat, system)
+    assert "".join(_render(auto, tokenizer, CHAT)).count("<think>") == 2
+
+
 def test_an_empty_tool_list_writes_no_tool_section():
     """LLaMA-Factory's demo sharegpt rows carry `"tools": "[]"`: no tools, so no tool text in the system turn (it
     still opens a system turn, empty where the template has no default system prompt, as LLaMA-Factory does)."""

@@ -43,13 +43,22 @@ def test_sft_trains_on_the_images_and_saves_the_processor(tiny_vlm, tmp_path, pr
         assert batch["token_type_ids"].sum() == (batch["input_ids"] == image_token).sum()
     out = tmp_path / "out"
     assert result["global_step"] == 2
+    from transformers import AutoProcessor
+
+    from tuneline.data.jinja_template import chat_template
+    from tuneline.data.template_catalog import run_template
+
+    trained = chat_template(run_template(config.data, processor.tokenizer), processor.tokenizer, config.data.tool_date)
+    assert processor.chat_template != trained  # the base's own, which training did not speak
     for folder in (out, out / "checkpoint-1", out / "checkpoint-2"):
         assert (folder / "processor_config.json").is_file(), folder
+        saved = AutoProcessor.from_pretrained(folder)  # served as it is: the template training encoded
+        assert saved.chat_template == saved.tokenizer.chat_template == trained, folder
 
     scored = run_evaluation(config, ref, str(out))  # held-out rows scored with their images
     assert scored["num_samples"] == 2 and "eval_loss" in scored["metrics"]
 
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
     from tuneline.export import export_model
 
