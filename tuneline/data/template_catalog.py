@@ -173,6 +173,8 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
              system=(_COHERE_TURN.format(role="SYSTEM"),), prefix=(BOS,)),
     Template("granite3", **_turns("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>\n")),
     Template("llava", user=("USER: {{content}} ASSISTANT:",), mm_plugin="llava", default_system=_VICUNA_SYSTEM),
+    Template("llava_next", user=("USER: {{content}} ASSISTANT:",), mm_plugin="llava_next",
+             default_system=_VICUNA_SYSTEM),
     Template("olmo", user=("<|user|>\n{{content}}<|assistant|>\n",), prefix=(EOS,)),
     Template("bailing", user=("<role>HUMAN</role>{{content}}<role>ASSISTANT</role>",),
              system=("<role>SYSTEM</role>{{content}}",),

@@ -32,7 +32,6 @@ UNBUILT: dict[str, Unbuilt] = {
     "kimi_vl": Unbuilt("Kimi-VL", IMAGES, None),
     "lfm2_vl": Unbuilt("LFM2-VL", IMAGES, None),
     "mllama": Unbuilt("Llama 3.2 Vision", IMAGES, "llama3"),
-    "llava_next": Unbuilt("LLaVA-NeXT", IMAGES, "vicuna"),
     "llava_next_llama3": Unbuilt("LLaVA-NeXT (Llama 3)", IMAGES, "llama3"),
     "llava_next_mistral": Unbuilt("LLaVA-NeXT (Mistral)", IMAGES, "mistral"),
     "llava_next_qwen": Unbuilt("LLaVA-NeXT (Qwen)", IMAGES, None),
