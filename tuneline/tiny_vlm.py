@@ -102,12 +102,14 @@ def _gemma3_processor(tokenizer, folder: Path) -> None:
     Gemma3Processor(images, tokenizer, chat_template=tokenizer.chat_template, image_seq_length=4).save_pretrained(folder)
 
 
+CLIP_VISION = {"model_type": "clip_vision_model", **VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
+               "projection_dim": VISION_SIZES["hidden_size"]}  # the LLaVA families' tower
+
+
 def _llava_config(tokenizer):
     from transformers import LlavaConfig
 
-    vision = {"model_type": "clip_vision_model", **VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
-              "projection_dim": VISION_SIZES["hidden_size"]}
-    return LlavaConfig(text_config={"model_type": "llama", **_text_config(tokenizer)}, vision_config=vision,
+    return LlavaConfig(text_config={"model_type": "llama", **_text_config(tokenizer)}, vision_config=CLIP_VISION,
                        image_token_id=tokenizer.image_token_id, vision_feature_layer=-1,
                        vision_feature_select_strategy="default")
 
@@ -129,9 +131,7 @@ LLAVA_NEXT_GRIDS = [[IMAGE_SIZE, 2 * IMAGE_SIZE], [2 * IMAGE_SIZE, IMAGE_SIZE], 
 def _llava_next_config(tokenizer):
     from transformers import LlavaNextConfig
 
-    vision = {"model_type": "clip_vision_model", **VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
-              "projection_dim": VISION_SIZES["hidden_size"]}
-    return LlavaNextConfig(text_config={"model_type": "llama", **_text_config(tokenizer)}, vision_config=vision,
+    return LlavaNextConfig(text_config={"model_type": "llama", **_text_config(tokenizer)}, vision_config=CLIP_VISION,
                            image_token_id=tokenizer.image_token_id, vision_feature_layer=-1,
                            vision_feature_select_strategy="default", image_grid_pinpoints=LLAVA_NEXT_GRIDS)
 
