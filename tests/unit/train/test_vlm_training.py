@@ -200,3 +200,20 @@ def test_llava_next_trains_on_each_image_at_its_own_grid(tiny_vlm, tmp_path):
         seen = model(**inputs).loss
         blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
     assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+
+
+def test_llava_next_on_qwen_turns_expands_the_same_images(tiny_vlm, tmp_path):
+    """`template: llava_next_qwen`: Qwen's ChatML turns around the same any-resolution image tokens."""
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.model import load_tokenizer
+
+    rows = {}
+    for template in ("llava_next", "llava_next_qwen"):
+        config = sft_config(tiny_vlm, tmp_path / template, "llava_next", template=template)
+        rows[template] = load_processed(build_dataset(config))["train"]
+    tokenizer = load_tokenizer(config.model)
+    image = tokenizer.convert_tokens_to_ids("<image>")
+    assert [r["input_ids"].count(image) for r in rows["llava_next"]] == [
+        r["input_ids"].count(image) for r in rows["llava_next_qwen"]]
+    text = tokenizer.decode(rows["llava_next_qwen"][0]["input_ids"])
+    assert text.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<image>")
