@@ -2,8 +2,8 @@
 `python benchmarks/mm_parity.py --llamafactory-python /work/main/.venv-peer/bin/python [--snapshot]`.
 
 Builds a tiny processor per family offline (tests/fixtures/parity_tokenizer with the family's special tokens, and a
-small image processor config: CLIP for llava, Gemma 3's, Qwen2-VL's), saves each to a folder both environments load,
-and runs LLaMA-Factory's plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's
+small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's), saves each to
+a folder both environments load, and runs LLaMA-Factory's plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's
 (`expand_messages`, `batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
 `image_max_pixels` that shrinks the images, an `image_min_pixels` that grows them). It prints, per family and
 setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
@@ -41,8 +41,10 @@ TOKENIZER = FIXTURES / "parity_tokenizer"
 SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
-    "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl",
+    "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
 }
+# LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
+LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
 SETTINGS = {  # LLaMA-Factory's processor attributes (model_args) per job; defaults first
     "defaults": {"image_max_pixels": 768 * 768, "image_min_pixels": 32 * 32},
     "shrink": {"image_max_pixels": 80 * 80, "image_min_pixels": 32 * 32},
@@ -64,6 +66,8 @@ def build_processor(family: str, out: Path) -> Path:
         CLIPImageProcessorPil,
         Gemma3ImageProcessorPil,
         Gemma3Processor,
+        LlavaNextImageProcessorPil,
+        LlavaNextProcessor,
         LlavaProcessor,
         Qwen2VLImageProcessorPil,
     )
@@ -74,6 +78,13 @@ def build_processor(family: str, out: Path) -> Path:
         processor = LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14,
                                    vision_feature_select_strategy="default", num_additional_image_tokens=1,
                                    image_token="<image>")
+    elif family == "llava_next":
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={"image_token": "<image>"})
+        image_processor = LlavaNextImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56},
+                                                     image_grid_pinpoints=LLAVA_NEXT_GRIDS)
+        processor = LlavaNextProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14,
+                                       vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                                       image_token="<image>")
     elif family == "gemma3":
         tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={
             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})

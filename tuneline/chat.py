@@ -186,7 +186,7 @@ def answer_vision(config, tokenizer, template) -> tuple[AnswerVision | None, str
 
     if template.mm_plugin is None:
         return None, (f"'template: {template.name}' reads text only; use the model's vision-language template "
-                      "(gemma3, llava, qwen2_vl, qwen3_vl, qwen3_vl_nothink)")
+                      "(gemma3, llava, llava_next, qwen2_vl, qwen3_vl, qwen3_vl_nothink)")
     processor = load_processor(config, tokenizer)
     if processor is None:
         return None, f"'{config.model.model_name_or_path}' is a text-only model"

@@ -1,4 +1,5 @@
-"""Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, qwen2_vl, qwen3_vl).
+"""Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
+qwen3_vl).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -101,12 +102,14 @@ def _gemma3_processor(tokenizer, folder: Path) -> None:
     Gemma3Processor(images, tokenizer, chat_template=tokenizer.chat_template, image_seq_length=4).save_pretrained(folder)
 
 
+CLIP_VISION = {"model_type": "clip_vision_model", **VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
+               "projection_dim": VISION_SIZES["hidden_size"]}  # the LLaVA families' tower
+
+
 def _llava_config(tokenizer):
     from transformers import LlavaConfig
 
-    vision = {"model_type": "clip_vision_model", **VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
-              "projection_dim": VISION_SIZES["hidden_size"]}
-    return LlavaConfig(text_config={"model_type": "llama", **_text_config(tokenizer)}, vision_config=vision,
+    return LlavaConfig(text_config={"model_type": "llama", **_text_config(tokenizer)}, vision_config=CLIP_VISION,
                        image_token_id=tokenizer.image_token_id, vision_feature_layer=-1,
                        vision_feature_select_strategy="default")
 
@@ -119,6 +122,28 @@ def _llava_processor(tokenizer, folder: Path) -> None:
     # 16 patch tokens: CLIP's class token is counted (+1) then dropped by the "default" feature selection
     LlavaProcessor(images, tokenizer, patch_size=PATCH_SIZE, vision_feature_select_strategy="default",
                    num_additional_image_tokens=1, chat_template=tokenizer.chat_template).save_pretrained(folder)
+
+
+# LLaVA-NeXT's any-resolution grids: a 32-pixel base view, plus a 1 x 2, 2 x 1 or 2 x 2 grid of 32-pixel tiles
+LLAVA_NEXT_GRIDS = [[IMAGE_SIZE, 2 * IMAGE_SIZE], [2 * IMAGE_SIZE, IMAGE_SIZE], [2 * IMAGE_SIZE, 2 * IMAGE_SIZE]]
+
+
+def _llava_next_config(tokenizer):
+    from transformers import LlavaNextConfig
+
+    return LlavaNextConfig(text_config={"model_type": "llama", **_text_config(tokenizer)}, vision_config=CLIP_VISION,
+                           image_token_id=tokenizer.image_token_id, vision_feature_layer=-1,
+                           vision_feature_select_strategy="default", image_grid_pinpoints=LLAVA_NEXT_GRIDS)
+
+
+def _llava_next_processor(tokenizer, folder: Path) -> None:
+    from transformers import LlavaNextImageProcessorPil, LlavaNextProcessor
+
+    images = LlavaNextImageProcessorPil(size={"shortest_edge": IMAGE_SIZE},
+                                        crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+                                        image_grid_pinpoints=LLAVA_NEXT_GRIDS)
+    LlavaNextProcessor(images, tokenizer, patch_size=PATCH_SIZE, vision_feature_select_strategy="default",
+                       num_additional_image_tokens=1, chat_template=tokenizer.chat_template).save_pretrained(folder)
 
 
 def _qwen_ids(tokenizer) -> dict[str, int]:
@@ -195,6 +220,10 @@ VLM_PRESETS: dict[str, VisionFamily] = {
     # LLaVA-1.5's "USER: <image>\n... ASSISTANT: ..." turns, each answer closed by the end-of-sequence token
     "llava": VisionFamily(
         _llava_config, _llava_processor,
+        chat_template("(role | upper) ~ ': '", "''", "'<image>\\n'", end_answer="eos_token"),
+        tokens=("<image>",), named={"image_token": "<image>"}),
+    "llava_next": VisionFamily(
+        _llava_next_config, _llava_next_processor,
         chat_template("(role | upper) ~ ': '", "''", "'<image>\\n'", end_answer="eos_token"),
         tokens=("<image>",), named={"image_token": "<image>"}),
     "qwen2_vl": VisionFamily(

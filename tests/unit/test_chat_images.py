@@ -23,6 +23,7 @@ QUESTION = "what is this?"
 PROMPTS = {"gemma3": "<|bos|><start_of_turn>user\n<start_of_image>{}<end_of_turn>\n<start_of_turn>model\n",
            "llava": ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
                      "helpful, detailed, and polite answers to the user's questions.USER: <image>{} ASSISTANT:")}
+PROMPTS["llava_next"] = PROMPTS["llava"]  # the same vicuna turns
 
 
 def noise_image(folder, seed: int):
@@ -64,7 +65,7 @@ def vlm_chat_config(tiny_vlm, root, preset: str):
     return path, out
 
 
-@pytest.mark.parametrize("preset", ["llava", "gemma3"])
+@pytest.mark.parametrize("preset", ["llava", "llava_next", "gemma3"])
 def test_a_prompt_with_an_image_is_answered_from_its_pixels(preset, tiny_vlm, tmp_path, capsys):
     path, out = vlm_chat_config(tiny_vlm, tmp_path, preset)
     answers = {}
@@ -73,7 +74,7 @@ def test_a_prompt_with_an_image_is_answered_from_its_pixels(preset, tiny_vlm, tm
         assert run(["chat", str(path), "--prompt", QUESTION, "--image", str(image)]) == 0
         answers[seed] = capsys.readouterr().out.splitlines()[-1]
         assert answers[seed] == processor_answer(out, preset, image)
-    if preset == "llava":
+    if preset.startswith("llava"):
         assert answers[0] != answers[1], "another image, another answer: the pixels reach the model"
     written = f"<image>{QUESTION}"  # the placeholder where the user puts it answers the same
     assert run(["chat", str(path), "--prompt", written, "--image", str(noise_image(tmp_path, 1))]) == 0

@@ -68,7 +68,7 @@ def test_each_preset_is_a_few_hundred_kb_with_ids_that_match_its_tokenizer(built
                                                                                         .eos_token_id)
 
 
-@pytest.mark.parametrize("preset", ["gemma3", "llava"])
+@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next"])
 def test_processor_expands_the_image_and_the_model_computes_a_loss(built, image, preset):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -77,8 +77,11 @@ def test_processor_expands_the_image_and_the_model_computes_a_loss(built, image,
     text = processor.apply_chat_template(CHAT, tokenize=False)
     inputs = processor(text=[text], images=[image], return_tensors="pt")
     image_tokens = int((inputs["input_ids"] == model.config.image_token_id).sum())
-    assert image_tokens == {"gemma3": 4, "llava": 16}[preset]  # 4 x 4 patches; Gemma 3 pools them to 2 x 2
-    assert tuple(inputs["pixel_values"].shape) == (1, 3, 32, 32)
+    # 4 x 4 patches; Gemma 3 pools them to 2 x 2; LLaVA-NeXT adds the best grid's (2 x 2 tiles for this wide image:
+    # 8 x 8 patches, 4 rows of them letterbox) and a newline per row: 16 + 4 x 8 + 4
+    assert image_tokens == {"gemma3": 4, "llava": 16, "llava_next": 52}[preset]
+    tiles = (5,) if preset == "llava_next" else ()  # the base view and the 2 x 2 grid's
+    assert tuple(inputs["pixel_values"].shape) == (1, *tiles, 3, 32, 32)
     assert 0 < forward_loss(model, inputs) < 20
 
 

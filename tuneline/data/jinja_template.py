@@ -27,6 +27,7 @@ from tuneline.data.templates import Special, Template
 _QWEN_VISION = ("<|vision_start|><|image_pad|><|vision_end|>", "<|vision_start|><|video_pad|><|vision_end|>")
 PROCESSOR_PLACEHOLDERS: dict[str, tuple[str | None, str | None]] = {
     "llava": ("<image>", None),
+    "llava_next": ("<image>", None),
     "gemma3": ("<start_of_image>", None),
     "qwen2_vl": _QWEN_VISION,
     "qwen3_vl": _QWEN_VISION,

@@ -5,6 +5,7 @@ The slot strings are facts about the models, as LLaMA-Factory 0.9.5 declares the
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tuneline.data.templates import BOS, EOS, Special, Template, template_from_tokenizer
@@ -173,6 +174,8 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
              system=(_COHERE_TURN.format(role="SYSTEM"),), prefix=(BOS,)),
     Template("granite3", **_turns("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>\n")),
     Template("llava", user=("USER: {{content}} ASSISTANT:",), mm_plugin="llava", default_system=_VICUNA_SYSTEM),
+    Template("llava_next", user=("USER: {{content}} ASSISTANT:",), mm_plugin="llava_next",
+             default_system=_VICUNA_SYSTEM),
     Template("olmo", user=("<|user|>\n{{content}}<|assistant|>\n",), prefix=(EOS,)),
     Template("bailing", user=("<role>HUMAN</role>{{content}}<role>ASSISTANT</role>",),
              system=("<role>SYSTEM</role>{{content}}",),
@@ -268,6 +271,15 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("zephyr", user=("<|user|>\n{{content}}", EOS, "<|assistant|>\n"), system=("<|system|>\n{{content}}", EOS),
              default_system="You are Zephyr, a helpful assistant."),
 )}
+
+# LLaVA-NeXT on other language models: each of LLaMA-Factory's templates is that model's own text turns (Qwen's with a
+# plainer default system prompt) around the any-resolution image plugin
+LLAVA_NEXT_TEXT = {"llava_next_llama3": "llama3", "llava_next_mistral": "mistral", "llava_next_qwen": "qwen",
+                   "llava_next_yi": "yi"}
+TEMPLATES.update({name: dataclasses.replace(TEMPLATES[text], name=name, mm_plugin="llava_next") for name, text in
+                  LLAVA_NEXT_TEXT.items()})
+TEMPLATES["llava_next_qwen"] = dataclasses.replace(TEMPLATES["llava_next_qwen"],
+                                                   default_system="You are a helpful assistant.")
 
 AUTO = ("auto", None, "")
 VISION = sorted(name for name, template in TEMPLATES.items() if template.mm_plugin)

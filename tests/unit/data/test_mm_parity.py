@@ -1,7 +1,7 @@
 """The multimodal plugins expand and batch the mllm_demo rows as LLaMA-Factory 0.9.5 does, against a snapshot.
 
 tests/fixtures/llamafactory/0.9.5/mm_parity.json.xz holds LLaMA-Factory's expanded texts, token ids, resized-image
-digests and tensor summaries for llava, gemma3, qwen2_vl and qwen3_vl under three pixel settings, written by
+digests and tensor summaries for llava, llava_next, gemma3, qwen2_vl and qwen3_vl under three pixel settings, written by
 `benchmarks/mm_parity.py --snapshot` (which also compares live). Pixel values are compared to the benchmark's
 `PROCESSOR_TOLERANCE`: transformers 5.24's Qwen2-VL image processor resizes a hair differently from 5.6's, which made
 the snapshot; everything the plugins themselves compute (texts, ids, resized pixels, grids) must be identical.

@@ -52,6 +52,23 @@ def test_llava_expands_each_image_to_its_patch_count(processors):
     assert list(inputs["pixel_values"].shape) == [1, 3, 56, 56]
 
 
+@pytest.mark.parametrize("size", [(300, 168), (168, 300), (200, 200), (20, 90), (1500, 300), (61, 59)])
+@pytest.mark.parametrize("limits", [{}, {"image_max_pixels": 80 * 80}, {"image_min_pixels": 400 * 400}])
+def test_llava_next_counts_each_image_as_its_processor_expands_it(processors, tmp_path, size, limits):
+    """From the image's size alone, the count LLaVA-NeXT's processor writes from the pixels: the best grid for the
+    shape after the pixel limits, its letterbox rows or columns cut, one newline per row, the base view's 16."""
+    processor, settings = processors["llava_next"], MediaSettings(**limits)
+    path = tmp_path / "image.png"
+    Image.new("RGB", size, "teal").save(path)
+    expanded = get_mm_plugin("llava_next").expand_messages(chat("<image>Who?"), [str(path)], [], processor, settings)
+    resized = regularize_image(str(path), settings.image_max_pixels, settings.image_min_pixels)
+    own = processor(text="<image>", images=[resized])["input_ids"][0].count(processor.image_token_id)
+    assert expanded[0]["content"] == "<image>" * own + "Who?" and own > 16
+    inputs = get_mm_plugin("llava_next").batch_inputs([str(path)], [], [[1]], processor, settings)
+    assert inputs["image_sizes"].tolist() == [[resized.height, resized.width]]
+    assert list(inputs["pixel_values"].shape[-3:]) == [3, 56, 56]
+
+
 def test_gemma3_frames_soft_tokens_and_marks_them(processors):
     processor = processors["gemma3"]
     expanded = get_mm_plugin("gemma3").expand_messages(chat("<image>Who?"), [IMAGE], [], processor)
@@ -223,10 +240,10 @@ def test_frame_times_average_each_temporal_patch():
 
 
 def test_templates_name_known_plugins():
-    plugins = {name: TEMPLATES[name].mm_plugin for name in ("llava", "gemma3", "qwen2_vl", "qwen3_vl",
+    plugins = {name: TEMPLATES[name].mm_plugin for name in ("llava", "llava_next", "gemma3", "qwen2_vl", "qwen3_vl",
                                                            "qwen3_vl_nothink")}
-    assert plugins == {"llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl",
-                       "qwen3_vl_nothink": "qwen3_vl"}
+    assert plugins == {"llava": "llava", "llava_next": "llava_next", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl",
+                       "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl"}
     assert {t.mm_plugin for t in TEMPLATES.values()} - {None} <= set(PLUGINS)
     assert TEMPLATES["qwen3_vl"].reasoning and not TEMPLATES["qwen3_vl_nothink"].reasoning
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_template_parity import BENCH
 
-from tuneline.data.template_catalog import TEMPLATES, VISION, get_template
+from tuneline.data.template_catalog import LLAVA_NEXT_TEXT, TEMPLATES, VISION, get_template
 from tuneline.data.unbuilt_templates import UNBUILT
 from tuneline.errors import ConfigError
 
@@ -51,8 +51,25 @@ def test_a_refusal_offers_a_template_with_the_same_text_turns():
     (user, answer, system, tool result, prefix, default system prompt, stop and thought words, tool format)."""
     turns = BENCH.read_snapshot()["text_turns"]
     offered = {name: unbuilt.text for name, unbuilt in UNBUILT.items() if unbuilt.text}
-    assert len(offered) >= 15
+    assert len(offered) >= 14
     assert {name: turns[name] for name in offered} == {name: turns[text] for name, text in offered.items()}
+
+
+def test_llava_next_on_other_language_models_writes_their_text_turns_as_llamafactory_does():
+    """LLaVA-NeXT's templates for Llama 3, Mistral, Qwen and Yi: in LLaMA-Factory's registry, each is that model's
+    text template slot for slot (Qwen's with a plainer default system prompt); here each is the same built text
+    template with the any-resolution plugin."""
+    import dataclasses
+
+    turns = BENCH.read_snapshot()["text_turns"]
+    system = 5  # the default system prompt's place in a snapshot's text turns
+    for name, text in LLAVA_NEXT_TEXT.items():
+        ours, theirs = TEMPLATES[name], turns[name]
+        assert ours.mm_plugin == "llava_next" and name in VISION
+        assert theirs[:system] + theirs[system + 1:] == turns[text][:system] + turns[text][system + 1:]
+        assert repr(ours.default_system) == theirs[system]
+        assert dataclasses.replace(ours, name=text, mm_plugin=None, default_system=TEMPLATES[text].default_system) \
+            == TEMPLATES[text]
 
 
 def test_unknown_names_still_say_not_known():

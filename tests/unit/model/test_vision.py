@@ -152,3 +152,17 @@ def test_the_loader_refuses_the_keys_on_a_text_model_it_only_sees_when_loading(t
         check_freeze_keys(SimpleNamespace(model_type="llama"), config)
     with pytest.raises(ConfigError, match="vision-language model of type 'new_vlm'"):
         check_freeze_keys(SimpleNamespace(model_type="new_vlm", vision_config={}), config)
+
+
+def test_llava_next_newline_embedding_trains_with_full_tuning_as_in_llamafactory(tiny_vlm, tmp_path):
+    """LLaVA-NeXT's `image_newline` (the vector closing each row of grid features) lies in none of the parts the
+    freeze_* keys name, in LLaMA-Factory as here: full tuning trains it whatever they say, LoRA leaves it alone."""
+    from transformers import AutoModelForImageTextToText
+
+    names = [n for n, _ in AutoModelForImageTextToText.from_pretrained(tiny_vlm("llava_next")).named_parameters()]
+    assert [n for n in names if part_of(n, "llava_next") == "other"] == ["model.image_newline"]
+    model = loaded(tiny_vlm, tmp_path, "llava_next", finetuning_type="full", freeze_language_model=True)
+    assert trainable(model) == {"model.image_newline"}
+    model = loaded(tiny_vlm, tmp_path, "llava_next", finetuning_type="full", **UNFROZEN)
+    assert all(p.requires_grad for p in model.parameters())
+    assert parts_trained(loaded(tiny_vlm, tmp_path, "llava_next"), "llava_next") == {"language"}

@@ -168,3 +168,61 @@ def test_qwen_vl_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm,
     merged = export_model(sft_config(tiny_vlm, tmp_path / "export", preset, adapter_name_or_path=str(out),
                                      export_dir=str(tmp_path / "merged")))
     assert (merged / "processor_config.json").is_file() and AutoImageProcessor.from_pretrained(merged)
+
+
+@pytest.mark.slow
+def test_llava_next_trains_on_each_image_at_its_own_grid(tiny_vlm, tmp_path):
+    """LLaVA-NeXT's image tokens depend on each image's shape (the grid that fits it best, its letterbox cut away):
+    the rows are expanded at build time, from sizes alone, to the counts the processor itself writes from pixels, the batch holds every image's
+    tiles and size, the pixels reach the forward, and the run trains and saves its processor."""
+    import torch
+    from PIL import Image
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.model.processor import load_processor
+    from tuneline.train.sft import run
+
+    config = sft_config(tiny_vlm, tmp_path, "llava_next")
+    ref = build_dataset(config)
+    train = load_processed(ref)["train"]
+    processor = load_processor(config)
+    image_token = processor.tokenizer.convert_tokens_to_ids("<image>")
+    for row in train:  # the processor's own expansion of the same images, image by image
+        own = [processor(text="<image>", images=[Image.open(path).convert("RGB")])["input_ids"][0].count(image_token)
+               for path in row["images"]]
+        assert row["input_ids"].count(image_token) == sum(own)
+    assert min(row["input_ids"].count(image_token) // len(row["images"]) for row in train) > 16  # base view's 16
+
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    assert batch["pixel_values"].shape[0] == batch["image_sizes"].shape[0] >= 2
+    assert batch["pixel_values"].shape[2:] == (3, 32, 32)  # 32-pixel tiles: the base view, then the grid's
+    assert result["global_step"] == 2 and (tmp_path / "out" / "processor_config.json").is_file()
+
+    tokenizer = load_tokenizer(config.model)
+    inputs = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0], train[1]])
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(tmp_path / "out"))
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+
+
+def test_llava_next_on_qwen_turns_expands_the_same_images(tiny_vlm, tmp_path):
+    """`template: llava_next_qwen`: Qwen's ChatML turns around the same any-resolution image tokens."""
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.model import load_tokenizer
+
+    rows = {}
+    for template in ("llava_next", "llava_next_qwen"):
+        config = sft_config(tiny_vlm, tmp_path / template, "llava_next", template=template)
+        rows[template] = load_processed(build_dataset(config))["train"]
+    tokenizer = load_tokenizer(config.model)
+    image = tokenizer.convert_tokens_to_ids("<image>")
+    assert [r["input_ids"].count(image) for r in rows["llava_next"]] == [
+        r["input_ids"].count(image) for r in rows["llava_next_qwen"]]
+    text = tokenizer.decode(rows["llava_next_qwen"][0]["input_ids"])
+    assert text.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<image>")

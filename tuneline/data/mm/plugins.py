@@ -114,6 +114,41 @@ class LlavaPlugin(MMPlugin):
 
 
 @dataclass(frozen=True)
+class LlavaNextPlugin(MMPlugin):
+    """LLaVA-NeXT (any resolution): an image becomes its base view's patches, then the patches of the grid
+    resolution that fits it best with the padding cut away, one newline token per row of those."""
+
+    def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
+        patch_height, patch_width = _processed_size(processor.image_processor, images[0], settings)
+        texts = []
+        for image in images:
+            width, height = image_size(image, settings.image_max_pixels, settings.image_min_pixels)
+            count = anyres_token_count(height, width, patch_height, patch_width, processor)
+            if processor.vision_feature_select_strategy == "default":  # the CLS feature is dropped
+                count -= 1
+            texts.append(self.image_token * count)
+        return texts
+
+
+def anyres_token_count(height: int, width: int, patch_height: int, patch_width: int, processor: Any) -> int:
+    """Image tokens of a (height, width) image for a LLaVA-NeXT processor before any feature is dropped: the base
+    view's patches (plus the processor's extra ones), and the best grid resolution's patches that hold the image
+    (the letterbox padding around it left out), with one newline per row. Counted here from sizes, as LLaVA-NeXT's
+    processor counts them, so a dataset is expanded without decoding pixels."""
+    from transformers.image_processing_utils import select_best_resolution
+
+    best_height, best_width = select_best_resolution((height, width), processor.image_processor.image_grid_pinpoints)
+    rows = patch_height // processor.patch_size * (best_height // patch_height)
+    columns = patch_width // processor.patch_size * (best_width // patch_width)
+    if width / height > columns / rows:  # wider than the grid: rows above and below are padding
+        rows -= (rows - int(round(height * (columns / width), 7))) // 2 * 2
+    else:
+        columns -= (columns - int(round(width * (rows / height), 7))) // 2 * 2
+    base = (patch_height // processor.patch_size) * (patch_width // processor.patch_size)
+    return rows * columns + rows + base + (processor.num_additional_image_tokens or 0)
+
+
+@dataclass(frozen=True)
 class Gemma3Plugin(MMPlugin):
     """Gemma 3: a fixed run of `mm_tokens_per_image` soft tokens between begin/end-of-image, from the processor.
     With pan and scan, a wide or tall image is followed by its crops, each such a run, in LLaMA-Factory's words."""
@@ -302,6 +337,7 @@ def _size_field(size: Any, key: str) -> int | None:
 PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     MMPlugin(),
     LlavaPlugin("llava", image_token="<image>"),
+    LlavaNextPlugin("llava_next", image_token="<image>"),
     Gemma3Plugin("gemma3", image_token="<image_soft_token>"),
     Qwen2VLPlugin("qwen2_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
     Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),

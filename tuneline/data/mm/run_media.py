@@ -62,7 +62,7 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
                           f"stages with images: {', '.join(MEDIA_STAGES)}")
     if template.mm_plugin is None:
         raise ConfigError(f"the dataset holds images or videos, but 'template: {template.name}' reads text only; "
-                          "use the model's vision-language template (gemma3, llava, qwen2_vl, qwen3_vl, "
+                          "use the model's vision-language template (gemma3, llava, llava_next, qwen2_vl, qwen3_vl, "
                           "qwen3_vl_nothink)")
     plugin = get_mm_plugin(template.mm_plugin)
     if has_videos and plugin.video_token is None:
