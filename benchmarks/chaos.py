@@ -590,6 +590,36 @@ def slow_publish_env(root: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))}
 
 
+# Test-only hook for the store-creation case: MLflow builds a new SQLite store's schema in about a second, so the
+# process creating it (via this sitecustomize, through SQLAlchemy's public event API) marks the instant a schema
+# migration has made its work table and pauses there; the kill lands mid-migration, where it once left a store that
+# no later start could open.
+PAUSE_STORE_MIGRATION = """import os, time
+from pathlib import Path
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+@event.listens_for(Engine, "after_cursor_execute")
+def _pause(conn, cursor, statement, *args):
+    if "mlflow.db" in str(conn.engine.url) and statement.lstrip().upper().startswith("CREATE TABLE _ALEMBIC_TMP_"):
+        Path(os.environ["TUNELINE_CHAOS_MARK"]).touch()
+        time.sleep(30)
+"""
+MIGRATING = "store-migrating"  # the mark the hook leaves, in the case's folder
+
+
+def pause_store_migration_env(root: Path) -> dict[str, str]:
+    hook = root / "store-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(PAUSE_STORE_MIGRATION)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+            "TUNELINE_CHAOS_MARK": str(root / MIGRATING)}
+
+
+def migrating_store(root: Path) -> bool:
+    return (root / MIGRATING).exists()
+
+
 def saving_checkpoint(root: Path) -> bool:
     """A checkpoint is being written into the staging folder, after a first one was published."""
     staging = root / "out" / STAGING_DIR
