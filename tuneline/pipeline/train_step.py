@@ -131,7 +131,7 @@ class Launch:
         ref = write_run_file(output_dir, output_dir=str(output_dir), train_key=self.key,
                              metrics=_read_metrics(output_dir), mlflow_run_id=self.mlflow_run_id,
                              resume_key=self.resume_key, settings=recorded_settings(self.config), status=COMPLETE)
-        return _reference(ref)
+        return _reference(ref, output_dir)
 
 
 def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
@@ -149,10 +149,10 @@ def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict |
         if moved := start_over(output_dir, config.pipeline.discard_checkpoints):
             on_line(moved)
     elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
-        launch.finished = _reference(finished_run(output_dir))
+        launch.finished = _reference(finished_run(output_dir), output_dir)
         return launch
     elif (kept := finished_compatible(output_dir, key, resume_key, config, on_line)) is not None:
-        launch.finished = _reference(kept)
+        launch.finished = _reference(kept, output_dir)
         return launch
     output_dir.mkdir(parents=True, exist_ok=True)
     # credentials stay out of the resolved config, which the run logs to MLflow; the child never publishes, and
@@ -168,11 +168,13 @@ def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict |
     return launch
 
 
-def _reference(run: dict) -> dict[str, Any]:
-    """What the step returns: a small reference to the finished training (run.json also keeps its settings, to name
-    later changes, and how it ran); metrics read from output_dir where a start ended before recording them."""
+def _reference(run: dict, output_dir: Path) -> dict[str, Any]:
+    """What the step returns: a small reference to the finished training in `output_dir` (run.json also keeps its
+    settings, to name later changes, and how it ran). A start killed after the child marked run.json complete and
+    before the flow added its result left only the child's fields: the metrics are then read from output_dir."""
     ref = {k: run.get(k) for k in REFERENCE_FIELDS}
-    ref["metrics"] = ref["metrics"] if ref["metrics"] is not None else _read_metrics(Path(run["output_dir"]))
+    ref["output_dir"] = str(output_dir)
+    ref["metrics"] = ref["metrics"] if ref["metrics"] is not None else _read_metrics(Path(output_dir))
     return ref
 
 
