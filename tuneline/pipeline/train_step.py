@@ -3,9 +3,9 @@
 The parent writes the resolved config into output_dir and prepares the child's command with the MLflow run in its
 environment (the child logs its own step metrics there); the task runs it (tuneline.pipeline.launch.run_streaming),
 forwarding its lines and its progress, so that between the task and the child only the streaming runs; after a
-clean exit the result (metrics, keys) is added to run.json, whose `status: complete` the child set: the one
-completion marker (tuneline.training_contract). A killed start leaves the status `running`, so the next start
-launches again and the child resumes from its checkpoint.
+clean exit the result is read from run.json, whose `status: complete` the child set: the one completion marker
+(tuneline.training_contract), written by the child alone. A killed start leaves the status `running`, so the next
+start launches again and the child resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from tuneline.training_contract import (
     ERROR_PREFIX,
     LOG_FILE,
     RESUME_KEY_ENV,
+    RUN_FILE,
     TRAIN_KEY_ENV,
     OutputDirLock,
     changed_settings,
     describe_changes,
     finished_run,
+    read_run_file,
     recorded_settings,
     replace_old_run,
     training_complete,
@@ -121,17 +123,17 @@ class Launch:
             self.on_progress(entries[-1])
 
     def result(self) -> dict[str, Any]:
-        """A small reference to the training: the finished one, or the one the child just ended cleanly, whose
-        metrics and keys are then added to run.json (the child set `status: complete`)."""
+        """A small reference to the training: the finished one, or the one the child just ended cleanly. run.json
+        is read, never written here: the child alone writes it (keys, settings, run id, `status: complete`)."""
         if self.finished is not None:
             return self.finished
         if self.on_progress and (last := self.progress.new_entries()):  # the end, within the last interval
             self.on_progress(last[-1])
-        output_dir = self.config.output_dir
-        ref = write_run_file(output_dir, output_dir=str(output_dir), train_key=self.key,
-                             metrics=_read_metrics(output_dir), mlflow_run_id=self.mlflow_run_id,
-                             resume_key=self.resume_key, settings=recorded_settings(self.config), status=COMPLETE)
-        return _reference(ref, output_dir)
+        run = read_run_file(self.config.output_dir) or {}
+        if run.get("status") != COMPLETE or run.get("train_key") != self.key:
+            raise RuntimeError(f"the training in '{self.config.output_dir}' exited cleanly without marking its "
+                               f"{RUN_FILE} complete for this run's key")  # a bug of tuneline.train, never a user's
+        return _reference(run, self.config.output_dir)
 
 
 def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
@@ -174,7 +176,7 @@ def _reference(run: dict, output_dir: Path) -> dict[str, Any]:
     before the flow added its result left only the child's fields: the metrics are then read from output_dir."""
     ref = {k: run.get(k) for k in REFERENCE_FIELDS}
     ref["output_dir"] = str(output_dir)
-    ref["metrics"] = ref["metrics"] if ref["metrics"] is not None else _read_metrics(Path(output_dir))
+    ref["metrics"] = _read_metrics(Path(output_dir))
     return ref
 
 
