@@ -5,22 +5,11 @@ The same key names the step's folder and Prefect's cache entry."""
 from __future__ import annotations
 
 from tuneline.config import RunConfig
-from tuneline.config.training_keys import PUBLISH_KEYS
 from tuneline.fingerprint import fingerprint, memo_dir
 from tuneline.identity import step_code_version
+from tuneline.identity.settings import EVAL_ONLY, NOT_CONTENT, weight_neutral_keys
 from tuneline.model.fingerprint import reward_model_fingerprint
 from tuneline.model.tokenizer import tokenizer_fingerprint
-from tuneline.training_contract import weight_neutral_keys
-
-# Keys that never change what a step produces: where results are tracked, how a run is named, cache control.
-NOT_CONTENT = {
-    "run_name", "refresh_cache", "discard_checkpoints", "overwrite_cache", "mlflow_tracking_uri", "mlflow_experiment",
-    "mlflow_registered_model", "mlflow_log_checkpoints", "report_to", "logging_dir", "hf_hub_token",
-    "resume_from_checkpoint", "overwrite_output_dir", "preprocessing_num_workers", "disable_tqdm",
-    "disable_gradient_checkpointing", "use_reentrant_gc",  # recomputes the same activations: same weights
-    "machine_rank", "main_process_ip", "main_process_port",  # which machine, and where they meet: the same training
-} | PUBLISH_KEYS  # where the result is published, after training (the model card's key has them)
-EVAL_ONLY = {"eval_max_samples", "eval_max_new_tokens", "pipeline_cache_dir"}
 
 
 def tokenizer_key(config: RunConfig) -> str:
