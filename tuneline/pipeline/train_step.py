@@ -36,7 +36,6 @@ from tuneline.training_contract import (
     recorded_settings,
     replace_old_run,
     training_complete,
-    write_run_file,
 )
 
 RESOLVED_CONFIG = "tuneline_config.yaml"
@@ -74,20 +73,27 @@ def refuse_if_in_use(output_dir: Path) -> None:
         OutputDirLock(output_dir).release()  # raises LockHeld naming the running one
 
 
-def finished_compatible(output_dir: Path, key: str, resume_key: str | None, config: RunConfig,
+def finished_compatible(output_dir: Path, resume_key: str | None, config: RunConfig,
                         on_line: Callable[[str], None]) -> dict | None:
     """A finished training whose key differs only in what does not shape the weights (logging, saving, code):
-    its result stands for this key too, re-stamped, instead of training again from step 0."""
+    its result stands for this key too, instead of training again from step 0. run.json stays the child's."""
     done = finished_run(output_dir)
     if not done or not resume_key or done.get("resume_key") != resume_key:
         return None
-    settings = recorded_settings(config)
-    changes = changed_settings(done.get("settings"), settings)
+    changes = changed_settings(done.get("settings"), recorded_settings(config))
     why = f"settings changed: {describe_changes(changes)}" if changes else "tuneline's training code changed"
-    ref = write_run_file(output_dir, train_key=key, resume_key=resume_key, settings=settings)
     on_line(f"output_dir '{output_dir}': the finished training is kept, as nothing that shapes its weights "
             f"changed ({why}); set 'refresh_cache: true' to train again")
-    return ref
+    return done
+
+
+def finished_for(config: RunConfig, key: str, dataset_ref: dict, reference_ref: dict | None) -> bool:
+    """Whether output_dir holds a finished training that stands for `key`: that exact one, or one that differs
+    only in what does not shape the weights (the train step's cached result is then still whole)."""
+    if training_complete(config.output_dir, key):
+        return True
+    done, resume_key = finished_run(config.output_dir), _resume_key(config, dataset_ref, reference_ref)
+    return bool(done and resume_key and done.get("resume_key") == resume_key)
 
 
 def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
@@ -153,7 +159,7 @@ def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict |
     elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
         launch.finished = _reference(finished_run(output_dir), output_dir)
         return launch
-    elif (kept := finished_compatible(output_dir, key, resume_key, config, on_line)) is not None:
+    elif (kept := finished_compatible(output_dir, resume_key, config, on_line)) is not None:
         launch.finished = _reference(kept, output_dir)
         return launch
     output_dir.mkdir(parents=True, exist_ok=True)
