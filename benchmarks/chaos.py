@@ -696,6 +696,7 @@ GRPO = {"stage": "grpo", "dataset": "demo_sft", "eval_dataset": None, "max_sampl
 MLLM_DATA = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data"
 VLM_MODEL = "tiny-gemma3"  # built by main() beside the text model
 VLM = {"template": "gemma3", "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA), "eval_dataset": None,
+       "cutoff_len": 1024,  # room for each image's tokens, which a cut would split from their features
        "lora_target": "all", "max_samples": None, "max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 2}
 
 
