@@ -686,6 +686,12 @@ def seconds_in(seconds: float) -> Callable[[Path], bool]:
     return reached
 
 
+def card_written(root: Path) -> bool:
+    """The model-card step has put its README.md in place (the trainer wrote one of its own before)."""
+    card = root / "out" / "README.md"
+    return card.is_file() and "fine-tuned by tuneline" in card.read_text(errors="replace")
+
+
 def kill_at(name: str, point: Callable[[Path], bool], hook: Callable[[Path], dict[str, str]] | None = None,
             **changes) -> Callable[[Suite], Outcome]:
     return lambda suite: suite.kill_and_rerun(name, point, hook, **changes)
@@ -721,7 +727,9 @@ INSTANTS: dict[str, Callable[[Suite], Outcome]] = {
     "kill between child end and flow record": kill_at(
         "kill between the training child's end and the flow's record (child held at exit by a test-only hook)",
         training_finished, linger_at_exit_env),
-    "kill at the card": kill_at("kill as the model card is written", file_written("out", "README.md")),
+    "kill at the trainer's readme": kill_at("kill as README.md first appears (the trainer's, as training ends)",
+                                            file_written("out", "README.md")),
+    "kill at the card": kill_at("kill as the model card is written (README.md becomes tuneline's)", card_written),
     **{f"kill at {t} s": kill_at(f"kill {t} s into the run", seconds_in(t)) for t in (10, 20, 40, 60)},
     "dpo: kill after build-reference-model": kill_at("dpo: kill after build-reference-model finished",
                                                      step_finished("build-reference-model"), **DPO),
