@@ -42,6 +42,7 @@ STEPS = ("load-tokenizer", "build-dataset", "build-reference-model", "train", "e
 # optimizer from the checkpoint and replays the data order by skipping batches; float sums may then associate
 # differently, so the comparison allows a few parts per million rather than demanding bit equality.
 LOSS_TOLERANCE = 1e-4
+TRACEBACK = "Traceback (most recent call last)"
 
 
 @dataclass
@@ -280,7 +281,7 @@ class Suite:
         states = step_states(output)
         recomputed = [s for s in before if set(states.get(s, [])) != {"Cached"}]
         runs = tracked(root)[0]
-        problems = differences(root, baseline)
+        problems = differences(root, baseline) + (["a traceback in the rerun's output"] if TRACEBACK in output else [])
         resumed = (json.loads((root / "out" / "run.json").read_text()).get("resumed_step")
                    if (root / "out" / "run.json").is_file() else None)
         observed = [f"killed after {', '.join(before) or 'no step'} finished",
@@ -590,6 +591,59 @@ def slow_publish_env(root: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))}
 
 
+# Test-only hook for the window between the training child's end and the flow's record of it: a tiny training
+# exits in milliseconds after marking run.json complete, so the child (via this sitecustomize) lingers at exit; the
+# kill then lands after the training finished and before the flow stored the train step's result.
+LINGER_AT_EXIT = """import atexit, sys, time
+def _linger():
+    if sys.argv and sys.argv[0].endswith("tuneline/train/__main__.py"):
+        time.sleep(30)
+atexit.register(_linger)
+"""
+
+
+def linger_at_exit_env(root: Path) -> dict[str, str]:
+    hook = root / "exit-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(LINGER_AT_EXIT)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))}
+
+
+def training_finished(root: Path) -> bool:
+    """run.json says the training is complete (the child's mark), whether or not the flow recorded it yet."""
+    return finished_run(root / "out") is not None
+
+
+# Test-only hook for the store-creation case: MLflow builds a new SQLite store's schema in about a second, so the
+# process creating it (via this sitecustomize, through SQLAlchemy's public event API) marks the instant a schema
+# migration has made its work table and pauses there; the kill lands mid-migration, where it once left a store that
+# no later start could open.
+PAUSE_STORE_MIGRATION = """import os, time
+from pathlib import Path
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+@event.listens_for(Engine, "after_cursor_execute")
+def _pause(conn, cursor, statement, *args):
+    if "mlflow.db" in str(conn.engine.url) and statement.lstrip().upper().startswith("CREATE TABLE _ALEMBIC_TMP_"):
+        Path(os.environ["TUNELINE_CHAOS_MARK"]).touch()
+        time.sleep(30)
+"""
+MIGRATING = "store-migrating"  # the mark the hook leaves, in the case's folder
+
+
+def pause_store_migration_env(root: Path) -> dict[str, str]:
+    hook = root / "store-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(PAUSE_STORE_MIGRATION)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+            "TUNELINE_CHAOS_MARK": str(root / MIGRATING)}
+
+
+def migrating_store(root: Path) -> bool:
+    return (root / MIGRATING).exists()
+
+
 def saving_checkpoint(root: Path) -> bool:
     """A checkpoint is being written into the staging folder, after a first one was published."""
     staging = root / "out" / STAGING_DIR
@@ -606,6 +660,91 @@ PREFECT_CASE_TRAIN = {"max_steps": 100, "save_steps": 30}  # the Prefect case on
 SERVER_KILL_STEP = 20
 FLOW_RUN_ENDED = re.compile(r"Flow run '[^']*' - (Encountered exception|Finished in state \w+)")
 EXIT_GRACE_S = 15  # how long a flow process may take to exit once its flow run ended
+def step_finished(step: str) -> Callable[[Path], bool]:
+    """The instant the flow's log says `step` finished: a kill at the boundary before the next step."""
+    return lambda root: step in finished_steps(_killed_log(root))
+
+
+def _killed_log(root: Path) -> str:
+    path = root / "killed.log"
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def file_written(*parts: str) -> Callable[[Path], bool]:
+    """The instant a file of the run (under the case's folder) appears."""
+    return lambda root: root.joinpath(*parts).exists()
+
+
+def seconds_in(seconds: float) -> Callable[[Path], bool]:
+    """`seconds` after the first poll, which comes as the flow starts."""
+    started: list[float] = []
+
+    def reached(root: Path) -> bool:
+        started.append(started[0] if started else time.monotonic())
+        return time.monotonic() - started[0] >= seconds
+
+    return reached
+
+
+def card_written(root: Path) -> bool:
+    """The model-card step has put its README.md in place (the trainer wrote one of its own before)."""
+    card = root / "out" / "README.md"
+    return card.is_file() and "fine-tuned by tuneline" in card.read_text(errors="replace")
+
+
+def kill_at(name: str, point: Callable[[Path], bool], hook: Callable[[Path], dict[str, str]] | None = None,
+            **changes) -> Callable[[Suite], Outcome]:
+    return lambda suite: suite.kill_and_rerun(name, point, hook, **changes)
+
+
+GRPO = {"stage": "grpo", "dataset": "demo_sft", "eval_dataset": None, "max_samples": 48, "max_steps": 6,
+        "save_steps": 2, "num_generations": 4, "max_completion_length": 4, "reward_funcs": ["think_format"]}
+MLLM_DATA = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data"
+VLM_MODEL = "tiny-gemma3"  # built by main() beside the text model
+VLM = {"template": "gemma3", "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA), "eval_dataset": None,
+       "cutoff_len": 1024,  # room for each image's tokens, which a cut would split from their features
+       "lora_target": "all", "max_samples": None, "max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 2}
+
+
+def vlm_kill(name: str, point: Callable[[Path], bool]) -> Callable[[Suite], Outcome]:
+    return lambda suite: suite.kill_and_rerun(
+        name, point, model_name_or_path=str(suite.model_dir.parent / VLM_MODEL), **VLM)
+
+
+# The whole life of a run: each step boundary, each file it writes, the window between the training child's end
+# and the flow's record, fixed times; then dpo, grpo and a vision-language sft at a few instants each.
+INSTANTS: dict[str, Callable[[Suite], Outcome]] = {
+    "kill while mlflow creates its store": kill_at("kill while MLflow creates its store (first run)",
+                                                   migrating_store, pause_store_migration_env),
+    **{f"kill after {step}": kill_at(f"kill after {step} finished", step_finished(step))
+       for step in ("load-tokenizer", "build-dataset", "build-reference-model", "train", "evaluate", "plot")},
+    "kill at run.json": kill_at("kill as run.json is first written", file_written("out", RUN_FILE)),
+    **{f"kill at checkpoint-{n}": kill_at(f"kill as checkpoint-{n} is published",
+                                          file_written("out", f"checkpoint-{n}", "trainer_state.json"))
+       for n in (3, 6, 9, 12)},
+    "kill at the final model": kill_at("kill as the final model is written",
+                                       file_written("out", "adapter_model.safetensors")),
+    "kill between child end and flow record": kill_at(
+        "kill between the training child's end and the flow's record (child held at exit by a test-only hook)",
+        training_finished, linger_at_exit_env),
+    "kill at the trainer's readme": kill_at("kill as README.md first appears (the trainer's, as training ends)",
+                                            file_written("out", "README.md")),
+    "kill at the card": kill_at("kill as the model card is written (README.md becomes tuneline's)", card_written),
+    **{f"kill at {t} s": kill_at(f"kill {t} s into the run", seconds_in(t)) for t in (10, 20, 40, 60)},
+    "dpo: kill after build-reference-model": kill_at("dpo: kill after build-reference-model finished",
+                                                     step_finished("build-reference-model"), **DPO),
+    "dpo: kill at checkpoint-2": kill_at("dpo: kill as checkpoint-2 is published",
+                                         file_written("out", "checkpoint-2", "trainer_state.json"), **DPO),
+    "grpo: kill at checkpoint-2": kill_at("grpo: kill as checkpoint-2 is published",
+                                          file_written("out", "checkpoint-2", "trainer_state.json"), **GRPO),
+    "grpo: kill between child end and flow record": kill_at(
+        "grpo: kill between the training child's end and the flow's record", training_finished, linger_at_exit_env,
+        **GRPO),
+    "vlm sft: kill after build-dataset": vlm_kill("vlm sft: kill after build-dataset finished",
+                                                  step_finished("build-dataset")),
+    "vlm sft: kill at checkpoint-2": vlm_kill("vlm sft: kill as checkpoint-2 is published",
+                                              file_written("out", "checkpoint-2", "trainer_state.json")),
+}
 CASES: dict[str, Callable[[Suite], Outcome]] = {
     "kill mid-train": lambda s: s.kill_and_rerun("kill mid-train (after checkpoint-3)", has_checkpoint),
     "kill during checkpoint save": lambda s: s.kill_and_rerun(
@@ -629,6 +768,7 @@ CASES: dict[str, Callable[[Suite], Outcome]] = {
         "MLflow server killed mid-train and restarted (same port and backend)"),
     "prefect server lost": lambda s: s.prefect_server_lost(
         "Prefect server killed mid-train (back only for the rerun)"),
+    **INSTANTS,
 }
 
 
@@ -645,14 +785,21 @@ def print_table(outcomes: list[Outcome]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="*", default=list(CASES), help=f"any of: {', '.join(CASES)}")
+    parser.add_argument("--instants", action="store_true", help="only the kill instants over a run's life")
     parser.add_argument("--workdir", help="where the cases' folders go (default: a new temporary folder)")
     args = parser.parse_args(argv)
+    if args.instants:
+        args.cases = list(INSTANTS)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-chaos-"))
     from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
 
     model_dir = workdir / "model"
     if not (model_dir / "config.json").is_file():
         build_tiny_model(model_dir, **TINY_PRESETS["test"])
+    if any(name.startswith("vlm") for name in args.cases) and not (workdir / VLM_MODEL / "config.json").is_file():
+        from tuneline.tiny_vlm import build_tiny_vlm
+
+        build_tiny_vlm(workdir / VLM_MODEL, "gemma3")
     suite = Suite(workdir, model_dir)
     outcomes = []
     for name in args.cases:

@@ -11,8 +11,7 @@ from tuneline.pipeline import keys
 from tuneline.pipeline.launch import run_streaming
 from tuneline.pipeline.record import record_training
 from tuneline.pipeline.terminal_progress import terminal_progress
-from tuneline.pipeline.train_step import prepare_training, worth_retrying
-from tuneline.training_contract import training_complete
+from tuneline.pipeline.train_step import finished_for, prepare_training, worth_retrying
 
 
 def _train_key(config: RunConfig, dataset: dict, reference: dict, run: dict) -> str:
@@ -62,7 +61,8 @@ def _retry_crashes_only(task, task_run, state) -> bool:
 @task(name="train", tags=["gpu"], retries=1, retry_delay_seconds=5, persist_result=True,
       retry_condition_fn=_retry_crashes_only,
       task_run_name="train {config.finetuning.stage}-{config.finetuning.finetuning_type}",
-      cache_key_fn=content_key(_train_key, lambda key, config, **_: training_complete(config.output_dir, key)))
+      cache_key_fn=content_key(_train_key, lambda key, config, dataset, reference, **_: finished_for(
+          config, key, dataset, reference)))
 def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
     """Launch (or resume) training in a subprocess; Prefect retries launch again and the child resumes.
 

@@ -41,7 +41,7 @@ def die_with_parent(signum: int = signal.SIGKILL) -> bool:
         return False
 
 
-# --- run.json, the lock, and the settings that do not shape the weights
+# --- run.json and the lock (the settings that do not shape the weights: tuneline.identity.settings)
 RUN_FILE = "run.json"
 LOCK_FILE = ".tuneline.lock"
 OWNER_FILE = ".tuneline.lock.owner"
@@ -49,31 +49,6 @@ SUPERSEDED = ".superseded-"  # `<output_dir>.superseded-<time>`: a replaced run'
 # Files that may sit in an output_dir before training without making it "another run's": the lock, and
 # the input the launcher writes there first (the resolved config, as any top-level *.yaml).
 _HARMLESS = {LOCK_FILE, OWNER_FILE}
-
-# Keys that change how a run is watched or stored, not the weights it ends with.
-COSMETIC_KEYS = frozenset({
-    "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "logging_dir", "logging_steps",
-    "logging_strategy", "logging_first_step", "logging_nan_inf_filter", "log_level", "log_level_replica",
-    "log_on_each_node", "disable_tqdm", "report_to", "run_name", "project", "save_steps", "save_strategy",
-    "save_total_limit", "save_on_each_node", "save_safetensors", "save_only_model", "push_to_hub", "hub_token",
-    "hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "dataloader_num_workers",
-    "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor", "skip_memory_metrics",
-    "include_num_input_tokens_seen", "hf_hub_token", "cache_dir", "export_dir", "export_size", "export_device",
-    "export_legacy_format", "plot_loss", "include_effective_tokens_per_second", "per_device_eval_batch_size",
-    "eval_accumulation_steps", "ddp_timeout", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
-    "discard_checkpoints", "use_kv_cache", "enable_torch_profiler", "profiler_output_dir", "profiler_wait_steps",
-    "profiler_warmup_steps", "profiler_active_steps", "profiler_repeat", "profiler_record_shapes",
-    "profiler_profile_memory", "profiler_with_stack",
-})
-# When evaluations run: cosmetic too, unless an evaluation decides the weights (best model, early stopping).
-EVAL_SCHEDULE_KEYS = frozenset({"eval_steps", "eval_strategy", "eval_delay", "eval_on_start", "eval_do_concat_batches"})
-
-
-def weight_neutral_keys(config) -> frozenset[str]:
-    """Keys a checkpoint can be resumed across: they change how a run is watched or stored, not its weights."""
-    decides = config.training.get("load_best_model_at_end") or config.finetuning.early_stopping_steps
-    return COSMETIC_KEYS if decides else COSMETIC_KEYS | EVAL_SCHEDULE_KEYS
-
 
 def recorded_settings(config) -> dict[str, Any]:
     """Every setting as plain JSON, credentials unset: kept in run.json to name what changed at the next start."""

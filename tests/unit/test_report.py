@@ -158,11 +158,13 @@ def test_the_model_cards_key_follows_what_the_card_shows(tmp_path, monkeypatch):
     assert key != keys.model_card_key(card_config(tmp_path, run_name="renamed"), "train", "base", "tuned", "run")
     assert key != keys.model_card_key(config, "train", "base", "tuned-again", "run")
     assert key != keys.model_card_key(config, "train", "base", "tuned", "another-run")
+    from tuneline.identity import code
+
     plot = keys.plot_key("train")
-    keys.code_version.cache_clear()
-    monkeypatch.setattr(keys, "__version__", "edited")  # what an edit of the report code does to code_version
+    code.step_code_version.cache_clear()
+    monkeypatch.setattr(code, "__version__", "edited")  # what an edit of the report code does to its code version
     assert keys.model_card_key(config, "train", "base", "tuned", "run") != key and keys.plot_key("train") != plot
-    keys.code_version.cache_clear()
+    code.step_code_version.cache_clear()
 
 
 def test_held_out_images_pair_base_and_tuned_answers_and_survive_a_missing_image(tmp_path):

@@ -5,22 +5,18 @@ per result."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.identity import step_code_version
 from tuneline.model.fingerprint import model_fingerprint, reward_model_fingerprint
 from tuneline.step_cache import cached_step
 
 # Bump when a metric's meaning changes; edits to the evaluation sources also change keys (see code_version).
 EVAL_VERSION = "1"
-# Every module of tuneline.evaluation, and the reward scoring it shares with PPO.
-EVAL_SOURCES = (*sorted(Path(__file__).parent.glob("*.py")),
-                *(Path(__file__).parents[1] / name for name in ("rewards.py", "rollouts.py", "grpo_rewards.py")))
 
 # The config keys that change an evaluation's result (besides the model and the data).
 EVAL_KEYS = ("stage", "cutoff_len", "template", "eval_max_samples", "eval_max_new_tokens",
@@ -55,10 +51,9 @@ def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
                        config.slice(*EVAL_KEYS), reward_model, sampling)
 
 
-@functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """Hash of the evaluation code, so a fixed metric is never answered from a stale cache entry."""
-    return fingerprint({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in EVAL_SOURCES})
+    """The evaluation's code (every module it imports), so a fixed metric is never answered from a stale entry."""
+    return step_code_version("evaluate")
 
 
 def model_content_key(config, adapter_dir: str | os.PathLike | None = None,

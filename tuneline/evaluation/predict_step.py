@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tuneline.evaluation.cached import code_version
 from tuneline.fingerprint import fingerprint
+from tuneline.identity import step_code_version
 from tuneline.step_cache import cached_step, entry_dir, is_complete
 from tuneline.training_contract import PREDICTIONS_FILE
 
@@ -27,7 +27,7 @@ PREDICT_KEYS = ("stage", "cutoff_len", "template", "per_device_eval_batch_size",
 
 
 def predict_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
-    return fingerprint("predict", PREDICT_VERSION, code_version(), model_key, dataset_fingerprint,
+    return fingerprint("predict", PREDICT_VERSION, step_code_version("predict"), model_key, dataset_fingerprint,
                        config.slice(*PREDICT_KEYS))
 
 

@@ -4,34 +4,12 @@ The same key names the step's folder and Prefect's cache entry."""
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
-from tuneline import __version__
 from tuneline.config import RunConfig
-from tuneline.config.training_keys import PUBLISH_KEYS
-from tuneline.fingerprint import fingerprint, memo_dir, sources_digest
+from tuneline.fingerprint import fingerprint, memo_dir
+from tuneline.identity import step_code_version
+from tuneline.identity.settings import EVAL_ONLY, NOT_CONTENT, weight_neutral_keys
 from tuneline.model.fingerprint import reward_model_fingerprint
 from tuneline.model.tokenizer import tokenizer_fingerprint
-from tuneline.training_contract import weight_neutral_keys
-
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-
-# Keys that never change what a step produces: where results are tracked, how a run is named, cache control.
-NOT_CONTENT = {
-    "run_name", "refresh_cache", "discard_checkpoints", "overwrite_cache", "mlflow_tracking_uri", "mlflow_experiment",
-    "mlflow_registered_model", "mlflow_log_checkpoints", "report_to", "logging_dir", "hf_hub_token",
-    "resume_from_checkpoint", "overwrite_output_dir", "preprocessing_num_workers", "disable_tqdm",
-    "disable_gradient_checkpointing", "use_reentrant_gc",  # recomputes the same activations: same weights
-    "machine_rank", "main_process_ip", "main_process_port",  # which machine, and where they meet: the same training
-} | PUBLISH_KEYS  # where the result is published, after training (the model card's key has them)
-EVAL_ONLY = {"eval_max_samples", "eval_max_new_tokens", "pipeline_cache_dir"}
-
-
-@functools.cache
-def code_version(*subpackages: str) -> str:
-    """Hash of the library sources a step runs, so editing them invalidates that step's cache."""
-    return fingerprint(__version__, sources_digest(PACKAGE_ROOT, *subpackages))
 
 
 def tokenizer_key(config: RunConfig) -> str:
@@ -63,13 +41,9 @@ def training_slice(config: RunConfig) -> dict:
     return {k: v for k, v in flat.items() if k not in NOT_CONTENT | EVAL_ONLY}
 
 
-# what the training child runs
-TRAIN_CODE = ("train", "model", "losses.py", "logps.py", "rewards.py", "rollouts.py", "grpo_rewards.py")
-
-
 def train_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
     return fingerprint("train", training_slice(config), dataset_fp, reference_fp, base_model_key(config),
-                       reward_model_fingerprint(config, memo_dir(config)), code_version(*TRAIN_CODE))
+                       reward_model_fingerprint(config, memo_dir(config)), step_code_version("train"))
 
 
 def resume_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
@@ -82,13 +56,13 @@ def resume_key(config: RunConfig, dataset_fp: str, reference_fp: str) -> str:
 
 
 def plot_key(train_key: str) -> str:
-    return fingerprint("plot", train_key, code_version("report"))
+    return fingerprint("plot", train_key, step_code_version("plot"))
 
 
 def model_card_key(config: RunConfig, train_key: str, base_eval_fp: str, tuned_eval_fp: str, run_id: str | None) -> str:
     """The card shows the settings (all of them, the run name too), both evaluations and the MLflow run's link."""
     return fingerprint("model-card", train_key, base_eval_fp, tuned_eval_fp, run_id, config.masked(),
-                       code_version("report", "pipeline/report_steps.py", "pipeline/record.py"))
+                       step_code_version("model-card"))
 
 
 def run_key(config: RunConfig, dataset_fp: str) -> str:

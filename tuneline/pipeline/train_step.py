@@ -3,9 +3,9 @@
 The parent writes the resolved config into output_dir and prepares the child's command with the MLflow run in its
 environment (the child logs its own step metrics there); the task runs it (tuneline.pipeline.launch.run_streaming),
 forwarding its lines and its progress, so that between the task and the child only the streaming runs; after a
-clean exit the result (metrics, keys) is added to run.json, whose `status: complete` the child set: the one
-completion marker (tuneline.training_contract). A killed start leaves the status `running`, so the next start
-launches again and the child resumes from its checkpoint.
+clean exit the result is read from run.json, whose `status: complete` the child set: the one completion marker
+(tuneline.training_contract), written by the child alone. A killed start leaves the status `running`, so the next
+start launches again and the child resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -26,15 +26,16 @@ from tuneline.training_contract import (
     ERROR_PREFIX,
     LOG_FILE,
     RESUME_KEY_ENV,
+    RUN_FILE,
     TRAIN_KEY_ENV,
     OutputDirLock,
     changed_settings,
     describe_changes,
     finished_run,
+    read_run_file,
     recorded_settings,
     replace_old_run,
     training_complete,
-    write_run_file,
 )
 
 RESOLVED_CONFIG = "tuneline_config.yaml"
@@ -72,20 +73,27 @@ def refuse_if_in_use(output_dir: Path) -> None:
         OutputDirLock(output_dir).release()  # raises LockHeld naming the running one
 
 
-def finished_compatible(output_dir: Path, key: str, resume_key: str | None, config: RunConfig,
+def finished_compatible(output_dir: Path, resume_key: str | None, config: RunConfig,
                         on_line: Callable[[str], None]) -> dict | None:
     """A finished training whose key differs only in what does not shape the weights (logging, saving, code):
-    its result stands for this key too, re-stamped, instead of training again from step 0."""
+    its result stands for this key too, instead of training again from step 0. run.json stays the child's."""
     done = finished_run(output_dir)
     if not done or not resume_key or done.get("resume_key") != resume_key:
         return None
-    settings = recorded_settings(config)
-    changes = changed_settings(done.get("settings"), settings)
+    changes = changed_settings(done.get("settings"), recorded_settings(config))
     why = f"settings changed: {describe_changes(changes)}" if changes else "tuneline's training code changed"
-    ref = write_run_file(output_dir, train_key=key, resume_key=resume_key, settings=settings)
     on_line(f"output_dir '{output_dir}': the finished training is kept, as nothing that shapes its weights "
             f"changed ({why}); set 'refresh_cache: true' to train again")
-    return ref
+    return done
+
+
+def finished_for(config: RunConfig, key: str, dataset_ref: dict, reference_ref: dict | None) -> bool:
+    """Whether output_dir holds a finished training that stands for `key`: that exact one, or one that differs
+    only in what does not shape the weights (the train step's cached result is then still whole)."""
+    if training_complete(config.output_dir, key):
+        return True
+    done, resume_key = finished_run(config.output_dir), _resume_key(config, dataset_ref, reference_ref)
+    return bool(done and resume_key and done.get("resume_key") == resume_key)
 
 
 def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
@@ -121,17 +129,17 @@ class Launch:
             self.on_progress(entries[-1])
 
     def result(self) -> dict[str, Any]:
-        """A small reference to the training: the finished one, or the one the child just ended cleanly, whose
-        metrics and keys are then added to run.json (the child set `status: complete`)."""
+        """A small reference to the training: the finished one, or the one the child just ended cleanly. run.json
+        is read, never written here: the child alone writes it (keys, settings, run id, `status: complete`)."""
         if self.finished is not None:
             return self.finished
         if self.on_progress and (last := self.progress.new_entries()):  # the end, within the last interval
             self.on_progress(last[-1])
-        output_dir = self.config.output_dir
-        ref = write_run_file(output_dir, output_dir=str(output_dir), train_key=self.key,
-                             metrics=_read_metrics(output_dir), mlflow_run_id=self.mlflow_run_id,
-                             resume_key=self.resume_key, settings=recorded_settings(self.config), status=COMPLETE)
-        return _reference(ref)
+        run = read_run_file(self.config.output_dir) or {}
+        if run.get("status") != COMPLETE or run.get("train_key") != self.key:
+            raise RuntimeError(f"the training in '{self.config.output_dir}' exited cleanly without marking its "
+                               f"{RUN_FILE} complete for this run's key")  # a bug of tuneline.train, never a user's
+        return _reference(run, self.config.output_dir)
 
 
 def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
@@ -149,10 +157,10 @@ def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict |
         if moved := start_over(output_dir, config.pipeline.discard_checkpoints):
             on_line(moved)
     elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
-        launch.finished = _reference(finished_run(output_dir))
+        launch.finished = _reference(finished_run(output_dir), output_dir)
         return launch
-    elif (kept := finished_compatible(output_dir, key, resume_key, config, on_line)) is not None:
-        launch.finished = _reference(kept)
+    elif (kept := finished_compatible(output_dir, resume_key, config, on_line)) is not None:
+        launch.finished = _reference(kept, output_dir)
         return launch
     output_dir.mkdir(parents=True, exist_ok=True)
     # credentials stay out of the resolved config, which the run logs to MLflow; the child never publishes, and
@@ -168,11 +176,13 @@ def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict |
     return launch
 
 
-def _reference(run: dict) -> dict[str, Any]:
-    """What the step returns: a small reference to the finished training (run.json also keeps its settings, to name
-    later changes, and how it ran); metrics read from output_dir where a start ended before recording them."""
+def _reference(run: dict, output_dir: Path) -> dict[str, Any]:
+    """What the step returns: a small reference to the finished training in `output_dir` (run.json also keeps its
+    settings, to name later changes, and how it ran). A start killed after the child marked run.json complete and
+    before the flow added its result left only the child's fields: the metrics are then read from output_dir."""
     ref = {k: run.get(k) for k in REFERENCE_FIELDS}
-    ref["metrics"] = ref["metrics"] if ref["metrics"] is not None else _read_metrics(Path(run["output_dir"]))
+    ref["output_dir"] = str(output_dir)
+    ref["metrics"] = _read_metrics(Path(output_dir))
     return ref
 
 

@@ -157,10 +157,100 @@ def client_for(uri: str) -> MlflowClient:
 
 
 def open_stores(uri: str) -> None:
-    """Connect the tracking and registry stores (MLflow caches them per URI for the rest of the process)."""
+    """Connect the tracking and registry stores (MLflow caches them per URI for the rest of the process). A SQLite
+    store that does not exist yet is made whole first (`create_sqlite_store`); one left half-made by an older
+    start is named with the way out, never changed."""
+    db = sqlite_path(uri)
+    if db is not None and not db.exists():
+        create_sqlite_store(db)
+    try:
+        _connect(uri)
+    except Exception as err:
+        if db is not None and (why := half_made_store(db, err)):
+            raise UserError(half_made_message(db, why), title="MLflow is not available") from None
+        raise
+
+
+def _connect(uri: str) -> None:
     client = client_for(uri)
     client.search_experiments(max_results=1)
     client.search_registered_models(max_results=1)
+
+
+CREATING = ".creating-"  # `.<store name>.creating-<pid>`: a store being built beside the one it becomes
+
+
+def create_sqlite_store(db: Path) -> None:
+    """MLflow builds a new store's schema in many steps (a migration per version) that a kill can cut short,
+    leaving a file every later start fails on. So it is built under a temporary name beside `db` and linked into
+    place whole; a store another process made meanwhile is kept, never replaced."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_builds(db)
+    building = db.with_name(f".{db.name}{CREATING}{os.getpid()}")
+    building.unlink(missing_ok=True)
+    try:
+        _connect(f"sqlite:///{building}")
+        try:
+            os.link(building, db)  # fails if `db` exists: unlike a rename, it never replaces a store
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            if not db.exists():
+                os.replace(building, db)
+    finally:
+        for path in (building, building.with_name(building.name + "-journal")):
+            path.unlink(missing_ok=True)
+
+
+def _remove_abandoned_builds(db: Path) -> None:
+    """Builds left by killed starts (their process is gone) are deleted: they were never a store anyone used."""
+    for path in db.parent.glob(f".{db.name}{CREATING}*"):  # the build and its SQLite journal
+        pid = path.name[len(f".{db.name}{CREATING}"):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# How MLflow fails on a store whose schema migration was cut short: it migrates again over what is already there.
+MIGRATION_REDONE = ("already exists", "duplicate column name", "out-of-date database schema")
+
+
+def half_made_store(db: Path, error: BaseException) -> str | None:
+    """Why a SQLite store that fails to open (with `error`) looks half-made (its schema's creation was cut short),
+    else None."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version = conn.execute("SELECT version_num FROM alembic_version").fetchall() if (
+                "alembic_version" in tables) else []
+    except sqlite3.Error as err:
+        return f"it does not read as SQLite: {err}"
+    leftovers = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
+    if leftovers:
+        return f"a schema migration was cut short (it holds {leftovers[0]})"
+    if not version:
+        return "its schema was never finished (no schema version recorded)"
+    said = str(error)
+    if any(sign in said for sign in MIGRATION_REDONE):
+        return f"a schema migration was cut short (opening it fails with: {said.splitlines()[0][:160]})"
+    return None
+
+
+def half_made_message(db: Path, why: str) -> str:
+    return (f"the MLflow store {db} was left half-made by a start stopped while creating it: {why}. Move it away "
+            f"(`mv {db} {db}.broken`) and run the same command again: a new store is created. If it held runs you "
+            "need, open it with the MLflow version that made it and export them first.")
 
 
 def run_url(uri: str, run_id: str) -> str | None:

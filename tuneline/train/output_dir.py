@@ -18,10 +18,9 @@ from typing import Any
 
 from tuneline.errors import UserError
 from tuneline.fingerprint import fingerprint
+from tuneline.identity.settings import COSMETIC_KEYS, EVAL_SCHEDULE_KEYS, weight_neutral_keys
 from tuneline.train.checkpoints import TRAINER_STATE, checkpoint_step, clear_staging, complete_checkpoints, is_complete
 from tuneline.training_contract import (
-    COSMETIC_KEYS,
-    EVAL_SCHEDULE_KEYS,
     SUPERSEDED,
     OutputDirLock,
     changed_settings,
@@ -31,7 +30,6 @@ from tuneline.training_contract import (
     recorded_settings,
     replace_old_run,
     set_aside,
-    weight_neutral_keys,
     write_run_file,
 )
 
