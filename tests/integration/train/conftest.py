@@ -1,0 +1,3 @@
+"""The trainer tests' fixtures, shared by the tiers that hold such tests."""
+
+from tests.support.train_fixtures import sft_dataset_dir, tokenizer  # noqa: F401
