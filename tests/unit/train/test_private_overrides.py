@@ -9,7 +9,9 @@ Why each stays (no public hook does the same):
   inside `_save_checkpoint`.
 - `_run_epoch` (trainer_base.py): a run resumed at its last step trains no step; transformers would run one more
   (checkpoint-N+1) when the last step falls mid-epoch: it skips the batches seen and trains the next one before it
-  checks max_steps. Not calling train() instead would need the checkpoint's weights, optimizer-free, loaded into the
+  checks max_steps (measured with transformers 5.24: without the override,
+  tests/integration/train/test_checkpoints.py::test_resume_from_the_last_step_trains_no_extra_step ends at step 5
+  of 4). Not calling train() instead would need the checkpoint's weights, optimizer-free, loaded into the
   model (a PEFT adapter, a value head, a DeepSpeed engine): train(resume_from_checkpoint) is transformers' only
   public loader of them all.
 Pairs count the tokens of both answers through the public `training_step` and `log` (trainer_base.py), no longer
