@@ -88,13 +88,21 @@ def pytest_sessionfinish(session, exitstatus):
         return
     recorder = session.config.stash[durations.KEY]
     workers = getattr(session.config.option, "numprocesses", None) or 0  # 0: the tests ran in this process
-    wall_s = recorder.save(REPO_ROOT / "tests" / "durations.json", tier_of_nodeid, workers)
+    wall_s = recorder.save(REPO_ROOT / "tests" / "durations.json", tier_of_nodeid, workers, whole_tier(session.config))
     ran = recorder.tiers_run(tier_of_nodeid)
     if ran == {"unit"} and wall_s > UNIT_BUDGET_S and exitstatus == 0:
         session.config.get_terminal_writer().line(
             f"the unit tier took {wall_s:.0f} s, over its budget of {UNIT_BUDGET_S} s: move what trains or starts a "
             "process to tests/integration or tests/e2e (tests/durations.json lists each test's cost)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def whole_tier(config) -> str | None:
+    """The tier this run is, when it runs one tier's folder whole (no -k or -m selection)."""
+    if len(config.args) != 1 or config.option.keyword or config.option.markexpr:
+        return None
+    folder = Path(config.invocation_params.dir, config.args[0]).resolve()
+    return folder.name if folder.parent == REPO_ROOT / "tests" and folder.name in TIERS else None
 
 
 def tier_of_nodeid(nodeid: str) -> str | None:

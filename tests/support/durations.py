@@ -3,7 +3,7 @@ what it adds to `make test` and `make acceptance` before CI does.
 
 Seconds are a test's setup, call and teardown (setup includes a session fixture's first build), summed as pytest
 reports them; a run updates the tests it ran and keeps the others. `last_run` holds the wall time of the latest run
-of each tier alone, with the machine's load then: timings on a shared machine mean little without it.
+of each whole tier run alone, with the machine's load then: timings on a shared machine mean little without it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Recorder:
     def tiers_run(self, tier_of) -> set[str | None]:
         return {tier_of(nodeid) for nodeid in self.seconds}
 
-    def save(self, path: Path, tier_of, workers: int) -> float:
+    def save(self, path: Path, tier_of, workers: int, whole_tier: str | None) -> float:
         """Merge this run into `path` (written to a temporary name, then renamed); the run's wall time."""
         import time
 
@@ -54,8 +54,8 @@ class Recorder:
             tier["tests"] += 1
             tier["sum_s"] = round(tier["sum_s"] + seconds, 1)
         last_run = record.get("last_run", {})
-        if len(ran := self.tiers_run(tier_of)) == 1 and not self.failed:
-            last_run[next(iter(ran)) or "other"] = {
+        if whole_tier is not None and not self.failed:
+            last_run[whole_tier] = {
                 "wall_s": round(wall_s, 1), "tests": len(self.seconds),
                 "workers": workers,
                 "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2)}
