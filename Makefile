@@ -69,13 +69,14 @@ LATEST := .venv-latest
 $(LATEST)/.installed:
 	$(PY) -m venv $(LATEST)
 	$(LATEST)/bin/pip install -q --upgrade pip
-	$(LATEST)/bin/pip install -q torch==2.13.0 ninja
+	$(LATEST)/bin/pip install -q torch==2.13.0 ninja setuptools wheel
 	echo torch==2.13.0 > $(LATEST)/torch-pin.txt
 	touch $@
 
 test-latest: $(LATEST)/.installed
-	DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=1 DS_ACCELERATOR=cpu $(LATEST)/bin/pip install -q --no-build-isolation \
-		--upgrade --upgrade-strategy eager -c $(LATEST)/torch-pin.txt -e '.[dev]'
+	DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=1 DS_ACCELERATOR=cpu $(LATEST)/bin/pip install -q --no-cache-dir \
+		--no-build-isolation --upgrade -c $(LATEST)/torch-pin.txt 'deepspeed>=0.17,<0.20'
+	$(LATEST)/bin/pip install -q --upgrade --upgrade-strategy eager -c $(LATEST)/torch-pin.txt -e '.[dev]'
 	$(LATEST)/bin/pip list 2>/dev/null | grep -iE '^(transformers|trl|prefect|mlflow|peft|accelerate|datasets|deepspeed) '
 	$(call PYTEST,$(LATEST)/bin) tests/unit tests/integration
 
