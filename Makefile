@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test acceptance lint install clean chromium gpu-check chaos bench
+.PHONY: demo test test-fast test-latest acceptance lint install clean chromium gpu-check chaos bench
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,18 +40,45 @@ chromium:
 		    { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }; }; } || \
 		echo "no Chromium (install the 'chromium' package): the browser tests will not run"
 
+# The tests in tiers, by folder (tests/conftest.py marks each test with its tier): tests/unit (no process, server
+# or training), tests/integration (trainings in process on tiny models), tests/e2e (flows, servers, chaos, browser),
+# tests/acceptance. Each run records what each test cost in tests/durations.json.
 # Test processes (pytest-xdist): one per core, at least 2 (most tests wait on a subprocess or a server), at most 4
-# (each worker starts its own Prefect API and builds its own tiny model). worksteal: a flow test takes minutes, most
+# (they share one Prefect API and the tiny models, built once per run). worksteal: a flow test takes minutes, most
 # others a second, so an idle worker takes queued tests from a busy one. TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? 2 : n > 4 ? 4 : n )))
+PYTEST = PREFECT_SERVER_ANALYTICS_ENABLED=false $(1)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal \
+	--durations=15
+NO_BROWSER = $(if $(shell command -v chromium || command -v chromium-browser),,-m "not browser")
 test: $(STAMP) lint chromium
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 \
-		-m "not acceptance$(if $(shell command -v chromium || command -v chromium-browser),, and not browser)" tests
+	$(call PYTEST,$(BIN)) $(NO_BROWSER) tests/unit tests/integration tests/e2e
+
+# The unit tier alone, for feedback while editing: it fails when the tier takes over two minutes.
+test-fast: $(STAMP)
+	$(call PYTEST,$(BIN)) tests/unit
 
 # LLaMA-Factory's own example configs on its demo data, unchanged (tests/fixtures/llamafactory): minutes of
 # training on the CPU, so kept out of `make test`; CI runs both.
 acceptance: $(STAMP)
-	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q --durations=15 -m acceptance tests
+	$(call PYTEST,$(BIN)) tests/acceptance
+
+# The newest releases our bounds admit (transformers, trl, prefect, mlflow, peft, ...), in their own environment
+# (.venv-latest; the project's .venv stays as it is), then the unit and integration tiers on them. torch stays the
+# CPU wheel (any other request pulls a CUDA build); DeepSpeed is built as `make install` builds it.
+LATEST := .venv-latest
+$(LATEST)/.installed:
+	$(PY) -m venv $(LATEST)
+	$(LATEST)/bin/pip install -q --upgrade pip
+	$(LATEST)/bin/pip install -q torch==2.13.0 ninja setuptools wheel
+	echo torch==2.13.0 > $(LATEST)/torch-pin.txt
+	touch $@
+
+test-latest: $(LATEST)/.installed
+	DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=1 DS_ACCELERATOR=cpu $(LATEST)/bin/pip install -q --no-cache-dir \
+		--no-build-isolation --upgrade -c $(LATEST)/torch-pin.txt 'deepspeed>=0.17,<0.20'
+	$(LATEST)/bin/pip install -q --upgrade --upgrade-strategy eager -c $(LATEST)/torch-pin.txt -e '.[dev]'
+	$(LATEST)/bin/pip list 2>/dev/null | grep -iE '^(transformers|trl|prefect|mlflow|peft|accelerate|datasets|deepspeed) '
+	$(call PYTEST,$(LATEST)/bin) tests/unit tests/integration
 
 # On a CUDA machine: a ~0.5B Llama built offline, trained through `tuneline train` by each case (sft LoRA and full,
 # ZeRO-3, dpo, grpo, Qwen3-VL on images and videos, Liger, fp8), then the same YAMLs through LLaMA-Factory; one table
@@ -99,4 +126,4 @@ bench: $(STAMP) $(PEER)/.installed
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(PEER) .tuneline demo_output mlflow.db mlruns
+	rm -rf $(VENV) $(PEER) $(LATEST) .tuneline demo_output mlflow.db mlruns

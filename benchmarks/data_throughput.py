@@ -25,8 +25,8 @@ pinned on both sides, and prints where each job first differs (row, token, the t
 "N of M template/format jobs identical". Rows LLaMA-Factory cannot encode for a job (GLM-4 with several calls in a
 turn, ...) and rows tuneline refuses as bad data are left out of both sides, and named. With `--snapshot` it
 writes LLaMA-Factory's encoding of the first glaive rows and of tool_rows.json, and the tokenizer files, to
-tests/fixtures for tests/unit/data/test_tool_parity.py, which checks tuneline against them without LLaMA-Factory,
-and the snapshot of benchmarks/template_parity.py for tests/unit/data/test_template_parity.py.
+tests/fixtures for tests/integration/data/test_tool_parity.py, which checks tuneline against them without LLaMA-Factory,
+and the snapshot of benchmarks/template_parity.py for tests/integration/data/test_template_parity.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ The tiny model (the tests' preset) trains full-parameter sft on the demo data th
 files from examples/deepspeed/ on one and two processes (2 x 2 rows against 1 x 4: the same global batches). Runs
 one after another, so each run's wall and CPU seconds (its processes' user + system time) are its own. Prints them
 with the losses, the largest relative loss difference from the plain run and the largest absolute weight
-difference of the saved model. Figures only: nothing is asserted (tests/unit/train/test_deepspeed.py asserts).
+difference of the saved model. Figures only: nothing is asserted (tests/integration/train/test_deepspeed.py asserts).
 """
 
 from __future__ import annotations

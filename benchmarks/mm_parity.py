@@ -12,7 +12,7 @@ setting, whether the expanded texts, their token ids and the tensors (shapes and
 Qwen2-VL/Qwen3-VL processors need a video processor, which needs torchvision: both sides get the Qwen2-VL image
 processor and the tokenizer alone, in a plain object where the processor would be (the plugins only read attributes).
 `--snapshot` writes LLaMA-Factory's results (texts, ids, tensor summaries) to tests/fixtures/llamafactory/0.9.5/
-mm_parity.json.xz for tests/unit/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
+mm_parity.json.xz for tests/integration/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
 
 Gemma 3's pan and scan (`image_do_pan_and_scan: true`) is compared twice: as plugin jobs (`gemma3/pan_and_scan*`),
 and through each project's whole sft encoding on the tiny gemma3 (`tuneline tiny-model --preset gemma3`): the

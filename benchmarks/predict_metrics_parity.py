@@ -5,7 +5,7 @@ Scores English and Chinese (prediction, label) pairs, from identical to disjoint
 metric code in its environment (it needs jieba, rouge-chinese and nltk there: `pip install --no-deps jieba==0.42.1
 rouge-chinese==1.0.3 nltk joblib six`) and with `tuneline.evaluation.similarity` here, then prints each pair's
 scores side by side and "N of M pairs equal". `--snapshot` writes LLaMA-Factory's scores to
-tests/fixtures/llamafactory/0.9.5/predict_metrics_parity.json for tests/unit/test_similarity.py, which checks
+tests/fixtures/llamafactory/0.9.5/predict_metrics_parity.json for tests/integration/test_similarity.py, which checks
 tuneline against them without LLaMA-Factory.
 """
 

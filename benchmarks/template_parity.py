@@ -9,7 +9,7 @@ and data keys:
   with every reasoning template, under each setting of `enable_thinking`, `preserve_thinking` and `mask_history`.
 It prints per template whether input ids and labels are identical, then "N of M templates identical"; the snapshot
 (tests/fixtures/llamafactory/0.9.5/template_parity.json.xz) keeps LLaMA-Factory's encoding of a few demo rows of
-each kind and of every thinking row, for tests/unit/data/test_template_parity.py.
+each kind and of every thinking row, for tests/integration/data/test_template_parity.py.
 """
 
 from __future__ import annotations

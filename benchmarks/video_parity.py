@@ -19,7 +19,7 @@ script points that module name at its PIL twin (transformers marks the two funct
 runs. The pixels a video processor makes from these frames, and training on them, stay unchecked here.
 
 `--snapshot` writes LLaMA-Factory's results to tests/fixtures/llamafactory/0.9.5/video_parity.json.xz for
-tests/unit/data/test_video_parity.py, which checks tuneline against it without LLaMA-Factory.
+tests/integration/data/test_video_parity.py, which checks tuneline against it without LLaMA-Factory.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Several machines: the `accelerate launch` flags the launcher builds, what accelerate makes of them, and the configs
-refused before anything runs. The two-machine training itself: tests/unit/train/test_multinode.py."""
+refused before anything runs. The two-machine training itself: tests/integration/train/test_multinode.py."""
 
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ class PreferenceTrainer(TunelineTrainer):
     and `rewards/*`-style metrics averaged over each logging window, `eval_`-prefixed for evaluation."""
 
     ref_columns: tuple[str, ...] = ()
+    counts_pair_tokens = True
 
     def __init__(self, *args, ref_model=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -87,18 +88,6 @@ class PreferenceTrainer(TunelineTrainer):
 
     def batch_loss(self, model, inputs) -> tuple[Any, dict[str, float]]:
         raise NotImplementedError
-
-    def _track_num_input_tokens(self, inputs):
-        """Count trained tokens over every `*attention_mask` (our batches have no plain `input_ids`)."""
-        if self.args.include_num_input_tokens_seen == "no":
-            return
-        import torch
-
-        masks = [v for k, v in inputs.items() if k.endswith("attention_mask") and hasattr(v, "sum")]
-        tokens = sum(int(m.sum()) if self.args.include_num_input_tokens_seen == "non_padding" else m.numel()
-                     for m in masks)
-        tokens = torch.as_tensor(tokens, device=self.args.device, dtype=torch.int64)
-        self.state.num_input_tokens_seen += self.accelerator.gather(tokens).sum().item()
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         import torch

@@ -45,6 +45,8 @@ def pair_scores(model, inputs):
 class PairwiseTrainer(TunelineTrainer):
     """Trainer over chosen/rejected pairs: pairwise loss in training, (chosen, rejected) scores in evaluation."""
 
+    counts_pair_tokens = True
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.model_accepts_loss_kwargs = False  # the loss is a per-batch mean, not a token sum
@@ -53,16 +55,6 @@ class PairwiseTrainer(TunelineTrainer):
         chosen, rejected = pair_scores(model, inputs)
         loss = pairwise_loss(chosen, rejected)
         return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
-
-    def _track_num_input_tokens(self, inputs):
-        """Non-padding tokens of both sides (the base class looks for `input_ids`, which pairs lack)."""
-        import torch
-
-        if self.args.include_num_input_tokens_seen == "no":
-            return
-        count = inputs["chosen_attention_mask"].sum() + inputs["rejected_attention_mask"].sum()
-        count = torch.as_tensor(count, device=self.args.device, dtype=torch.int64)
-        self.state.num_input_tokens_seen += self.accelerator.gather(count).sum().item()
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         import torch

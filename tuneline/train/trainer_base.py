@@ -42,11 +42,19 @@ class TunelineTrainer(Trainer):
     """transformers' Trainer with checkpoints that are complete or absent, the custom optimizer hook, and what the
     finetuning keys need from the trainer (BAdam's callback and clipping, PiSSA's conversion at the final save)."""
 
+    # Pair batches (chosen/rejected) have no `input_ids`, the only column transformers counts tokens of: a pair
+    # stage counts them here, over every `*attention_mask`, and transformers' own count is switched off.
+    counts_pair_tokens = False
+
     def __init__(self, *args, finetuning_args=None, train_collator=None, **kwargs):
         self.finetuning_args = finetuning_args
         self.train_collator = train_collator  # training batches only (flattened sft); evaluation keeps data_collator
         self._staging: str | None = None
         super().__init__(*args, **kwargs)
+        self.pair_tokens_mode, self.pair_tokens_at_start = "no", None
+        if self.counts_pair_tokens:
+            self.pair_tokens_mode = self.args.include_num_input_tokens_seen
+            self.args.include_num_input_tokens_seen = "no"
         if getattr(finetuning_args, "use_badam", False):
             from tuneline.model.optimizers import prepare_trainer_for_badam
 
@@ -90,10 +98,34 @@ class TunelineTrainer(Trainer):
             return None
         return super()._run_epoch(*args, **kwargs)
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if self.pair_tokens_mode != "no":
+            self.count_pair_tokens(inputs)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def count_pair_tokens(self, inputs) -> None:
+        """Add the batch's tokens, both answers of each pair, to `num_input_tokens_seen` (all processes')."""
+        import torch
+
+        if self.pair_tokens_at_start is None:
+            self.pair_tokens_at_start = self.state.num_input_tokens_seen  # a resumed run's state is loaded by now
+        masks = [value for key, value in inputs.items() if key.endswith("attention_mask") and hasattr(value, "sum")]
+        tokens = sum(int(m.sum()) if self.pair_tokens_mode == "non_padding" else m.numel() for m in masks)
+        tokens = torch.as_tensor(tokens, device=self.args.device, dtype=torch.int64)
+        self.state.num_input_tokens_seen += self.accelerator.gather(tokens).sum().item()
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Drop the meaningless train_loss (0.0) of a train() call that ran no step."""
+        """Drop the meaningless train_loss (0.0) of a train() call that ran no step; a pair stage's token count
+        logged as transformers logs its own."""
         if "train_loss" in logs and self.state.global_step == getattr(self, "_initial_global_step", None):
             logs.pop("train_loss")
+        if self.pair_tokens_mode != "no":
+            from transformers.trainer_utils import speed_metrics
+
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if start_time is not None:
+                seen = self.state.num_input_tokens_seen - (self.pair_tokens_at_start or 0)
+                logs.update(speed_metrics("train", start_time, num_tokens=seen))
         super().log(logs, start_time)
 
     def _get_output_dir(self, trial) -> str:

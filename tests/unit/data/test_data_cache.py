@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
-from data_helpers import write_dataset
 
+from tests.support.data import write_dataset
 from tuneline.data import build_dataset, dataset_fingerprint, load_processed
 from tuneline.errors import DataError
 
@@ -144,21 +142,6 @@ def test_mixing_concat_and_interleave(data_dir, make_config):
     under = build_dataset(make_config(dataset="a,b", mix_strategy="interleave_under"))
     over = build_dataset(make_config(dataset="a,b", mix_strategy="interleave_over", interleave_probs="0.5,0.5"))
     assert under["train_rows"] < 14 < over["train_rows"]
-
-
-def test_fingerprint_imports_no_heavy_library(data_dir, tmp_path, char_tokenizer_dir):
-    code = (
-        "import sys, time\n"
-        "from tuneline.config import load_config\n"
-        "from tuneline.data import dataset_fingerprint\n"
-        f"c = load_config(overrides={{'model_name_or_path': {str(char_tokenizer_dir)!r}, 'dataset': 'a',"
-        f" 'dataset_dir': {str(data_dir)!r}, 'pipeline_cache_dir': {str(tmp_path / 'cache')!r},"
-        f" 'output_dir': {str(tmp_path / 'o')!r}}}, check_paths=False)\n"
-        "dataset_fingerprint(c)\n"
-        "bad = [m for m in ('torch', 'transformers', 'datasets') if m in sys.modules]\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 PAIR_ENTRY = {"ranking": True, "columns": {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}}

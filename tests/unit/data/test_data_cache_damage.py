@@ -7,8 +7,7 @@ from __future__ import annotations
 import logging
 import os
 
-from data_helpers import write_dataset
-
+from tests.support.data import write_dataset
 from tuneline.data import build_dataset, load_processed
 from tuneline.pipeline.cache_checks import dataset_complete
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from data_helpers import write_dataset
 
+from tests.support.data import write_dataset
 from tuneline.data.loader import load_examples
 from tuneline.errors import DataError
 

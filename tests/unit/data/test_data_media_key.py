@@ -7,8 +7,7 @@ import json
 import os
 import shutil
 
-from data_helpers import write_dataset
-
+from tests.support.data import write_dataset
 from tuneline.data import dataset_fingerprint
 
 

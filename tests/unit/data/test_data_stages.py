@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from data_helpers import EOS, PAD, ids, masked
 
+from tests.support.data import EOS, PAD, ids, masked
 from tuneline.data.collators import build_collator
 from tuneline.data.processors import Encoder, split_budget
 from tuneline.data.template_catalog import get_template

@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from data_helpers import BOS, EOS, ids
 
+from tests.support.data import BOS, EOS, ids
 from tuneline.data.processors import Encoder
 from tuneline.data.template_catalog import TEMPLATES, get_template
 from tuneline.errors import ConfigError

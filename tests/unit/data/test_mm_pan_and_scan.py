@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mm_fixtures import load_parity_benchmark
 from PIL import Image
 
+from tests.support.mm_parity import load_parity_benchmark
 from tuneline.data.mm import MediaSettings, get_mm_plugin
 from tuneline.data.mm.pixels import PAN_AND_SCAN, pan_and_scan_crops
 from tuneline.data.mm.run_media import RunMedia

@@ -9,9 +9,9 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
-from mm_fixtures import DEMO_IMAGES, REPO, load_parity_benchmark
 from PIL import Image
 
+from tests.support.mm_parity import DEMO_IMAGES, REPO, load_parity_benchmark
 from tuneline.data.media import pyav_problem, video_problem
 from tuneline.data.mm import MediaSettings, get_mm_plugin, video_requirements_problem
 from tuneline.data.mm.pixels import (

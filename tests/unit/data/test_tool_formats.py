@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from data_helpers import write_dataset
 
+from tests.support.data import write_dataset
 from tuneline.data import build_dataset
 from tuneline.data.loader import load_examples
 from tuneline.data.template_catalog import TEMPLATES, get_template

@@ -1,11 +1,21 @@
 """transformers' private Trainer methods tuneline still overrides, pinned: a transformers release that renames one or
-changes its parameters fails here, before a training silently stops calling the override.
+changes its parameters fails here, before a training silently stops calling the override. The dependency bound
+admits every transformers 5 release; this test is what tells us, in `make test-latest`, that a new one broke them.
 
 Why each stays (no public hook does the same):
 - `_save_checkpoint` and `_get_output_dir` (trainer_base.py): a checkpoint is written under `.partial/` and renamed
-  into place once whole, so a kill mid-save never leaves a half checkpoint that a resume would load.
-- `_run_epoch` (trainer_base.py): a run resumed at its last step trains no step; transformers would run one more.
-- `_track_num_input_tokens` (dpo.py, rm.py): pairs count the tokens of both answers, which the default cannot see.
+  into place once whole, so a kill mid-save never leaves a half checkpoint that a resume would load. The public
+  `on_save` callback runs only after the checkpoint is written in place, and the folder it writes to is chosen
+  inside `_save_checkpoint`.
+- `_run_epoch` (trainer_base.py): a run resumed at its last step trains no step; transformers would run one more
+  (checkpoint-N+1) when the last step falls mid-epoch: it skips the batches seen and trains the next one before it
+  checks max_steps (measured with transformers 5.24: without the override,
+  tests/integration/train/test_checkpoints.py::test_resume_from_the_last_step_trains_no_extra_step ends at step 5
+  of 4). Not calling train() instead would need the checkpoint's weights, optimizer-free, loaded into the
+  model (a PEFT adapter, a value head, a DeepSpeed engine): train(resume_from_checkpoint) is transformers' only
+  public loader of them all.
+Pairs count the tokens of both answers through the public `training_step` and `log` (trainer_base.py), no longer
+through `_track_num_input_tokens`.
 """
 
 from __future__ import annotations
@@ -21,7 +31,6 @@ PINNED = {
     "_run_epoch": ["self", "model", "epoch", "train_dataloader", "steps_in_epoch", "num_update_steps_per_epoch",
                    "trial", "ignore_keys_for_eval", "start_time", "resume_from_checkpoint", "epochs_trained",
                    "steps_trained_in_current_epoch"],
-    "_track_num_input_tokens": ["self", "inputs"],
 }
 
 

@@ -1,0 +1,81 @@
+"""The train step on a local Ray (Ray Train's TorchTrainer, 2 CPU workers over gloo), through the command the flow
+runs: a worker SIGKILLed mid-run makes Ray restart the group, whose children resume from the last complete
+checkpoint and end with the weights of an uninterrupted run (2 processes under `accelerate launch`). A local Ray costs about 5 s to start and each fit some
+20 s here, so these stay few."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.support.training import make_config, train_step
+from tuneline.pipeline.launch import launch_command
+from tuneline.train.checkpoints import checkpoint_step, complete_checkpoints
+from tuneline.training_contract import read_run_file
+
+SETTINGS = {"finetuning_type": "lora", "lora_rank": 4, "learning_rate": 1e-2, "lr_scheduler_type": "linear",
+            "warmup_steps": 2, "max_steps": 8, "save_steps": 2, "per_device_train_batch_size": 2, "max_samples": 64,
+            "cutoff_len": 64}
+WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
+
+
+@pytest.fixture(autouse=True)
+def local_ray(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="module")
+def dataset(tiny_model_dir, tmp_path_factory) -> dict:
+    from tuneline.data import build_dataset
+
+    return build_dataset(make_config(tiny_model_dir, tmp_path_factory.mktemp("ray") / "unused", **SETTINGS))
+
+
+def adapter(output_dir):
+    from safetensors.torch import load_file
+
+    return load_file(str(output_dir / "adapter_model.safetensors"))
+
+
+def test_a_killed_worker_is_restarted_and_the_run_ends_with_the_uninterrupted_weights(tiny_model_dir, dataset,
+                                                                                      tmp_path):
+    uninterrupted = make_config(tiny_model_dir, tmp_path / "accelerate", **SETTINGS, num_processes=2)
+    reference = subprocess.Popen(launch_command(uninterrupted, _dump(uninterrupted, tmp_path / "a.yaml"),
+                                                dataset["path"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config = make_config(tiny_model_dir, tmp_path / "ray", **SETTINGS, ray_num_workers=2, ray_max_failures=1)
+    lines: list[str] = []
+    killed: list[int] = []
+
+    def kill_a_worker_after_a_checkpoint():
+        while not complete_checkpoints(config.output_dir):
+            time.sleep(0.05)
+        killed.append(checkpoint_step(complete_checkpoints(config.output_dir)[-1]))
+        pid = next(int(m.group(1)) for line in lines if (m := WORKER_PID.search(line)))
+        subprocess.run(["kill", f"-{signal.SIGKILL.value}", str(pid)], check=True)  # the Ray worker itself
+
+    killer = threading.Thread(target=kill_a_worker_after_a_checkpoint, daemon=True)
+    killer.start()
+    result = train_step(config, dataset, None, "ray-key", None, None, on_line=lines.append)
+    killer.join(timeout=1)
+    assert killed and killed[0] < 8, "killed too late to test the restart"
+    run = read_run_file(config.output_dir)
+    assert run["status"] == "complete" and run["resumed_step"] >= killed[0] and result["train_key"] == "ray-key"
+    assert reference.wait() == 0
+    expected, got = adapter(tmp_path / "accelerate"), adapter(config.output_dir)
+    assert expected.keys() == got.keys()
+    for name, tensor in expected.items():
+        assert (tensor - got[name]).abs().max().item() <= 1e-6, name
+    assert not list(tmp_path.glob("ray/checkpoint-*/.tmp*"))
+
+
+def _dump(config, path):
+    from tuneline.config import dump_config
+
+    return dump_config(config, path)
+

@@ -1,0 +1,128 @@
+"""`tuneline chat` with images: a vision-language model answers with the pixels of the attached images, through its
+training template and plugin; the answers are checked against the model's own processor and `generate`, without
+tuneline. The tiny models' weights are random: LLaVA's answers change with the image, Gemma 3's barely do."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+
+import pytest
+import yaml
+
+from flows.cli import run
+from tests.support.vision_chat import MLLM_DATA, QUESTION, noise_image, processor_answer
+from tuneline.errors import UserError
+
+# The templates' prompts written out by hand: the processor expands its own image token (Gemma 3: begin-of-image).
+
+
+def vlm_chat_config(tiny_vlm, root, preset: str):
+    """A config whose output_dir holds a finished full training of the tiny model (its own files stand for it)."""
+    out = shutil.copytree(tiny_vlm(preset), root / f"{preset}-out")
+    (out / "run.json").write_text(json.dumps({"status": "complete"}))
+    config = {"model_name_or_path": str(tiny_vlm(preset)), "stage": "sft", "finetuning_type": "full",
+              "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
+              "template": preset, "output_dir": str(out), "do_sample": False, "max_new_tokens": 6}
+    path = root / f"{preset}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, out
+
+
+@pytest.mark.parametrize("preset", ["llava", "llava_next", "gemma3"])
+def test_a_prompt_with_an_image_is_answered_from_its_pixels(preset, tiny_vlm, tmp_path, capsys):
+    path, out = vlm_chat_config(tiny_vlm, tmp_path, preset)
+    answers = {}
+    for seed in (0, 1):
+        image = noise_image(tmp_path, seed)
+        assert run(["chat", str(path), "--prompt", QUESTION, "--image", str(image)]) == 0
+        answers[seed] = capsys.readouterr().out.splitlines()[-1]
+        assert answers[seed] == processor_answer(out, preset, image)
+    if preset.startswith("llava"):
+        assert answers[0] != answers[1], "another image, another answer: the pixels reach the model"
+    written = f"<image>{QUESTION}"  # the placeholder where the user puts it answers the same
+    assert run(["chat", str(path), "--prompt", written, "--image", str(noise_image(tmp_path, 1))]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == answers[1]
+
+
+def test_images_attach_to_messages_in_a_conversation(tiny_vlm, tmp_path, capsys, monkeypatch):
+    path, out = vlm_chat_config(tiny_vlm, tmp_path, "llava")
+    image = noise_image(tmp_path, 0)
+    script = f"/image {tmp_path / 'missing.png'}\n/image {image}\n{QUESTION}\nclear\n<image><image>{QUESTION}\nexit\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(script))
+    assert run(["chat", str(path)]) == 0
+    out_text = capsys.readouterr().out
+    assert "'/image' PATH attaches an image" in out_text
+    assert f"'{tmp_path / 'missing.png'}' is neither an existing file nor base64 image data" in out_text
+    assert f"attached {image}; it goes with your next message" in out_text
+    answers = [line.split("Assistant: ", 1)[1] for line in out_text.splitlines() if "Assistant: " in line]
+    assert answers == [processor_answer(out, "llava", image)], "the image went with the first message only"
+    assert "the messages hold 2 <image> placeholder(s) but the row has 0 image(s)" in out_text, \
+        "after clear no image is attached; the conversation goes on"
+
+
+def test_images_are_refused_where_they_cannot_be_read(trained_chat, tiny_vlm, tmp_path, capsys):
+    text_config, _ = trained_chat
+    image = noise_image(tmp_path, 0)
+    assert run(["chat", str(text_config), "--prompt", "hi", "--image", str(image)]) == 2
+    err = capsys.readouterr().err
+    assert "images were given, but 'template: chatml' reads text only" in err and "Traceback" not in err
+    assert run(["chat", str(text_config), "template=llava", "--prompt", "hi", "--image", str(image)]) == 2
+    assert "is a text-only model" in capsys.readouterr().err
+
+    path, _ = vlm_chat_config(tiny_vlm, tmp_path, "llava")
+    assert run(["chat", str(path), "--prompt", f"<image> and <image>{QUESTION}", "--image", str(image)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot answer: the messages hold 2 <image> placeholder(s) but the row has 1 image(s)" in err
+    (tmp_path / "broken.png").write_bytes(image.read_bytes()[:40])
+    assert run(["chat", str(path), "--prompt", QUESTION, "--image", str(tmp_path / "broken.png")]) == 2
+    assert f"cannot read the image: --image {tmp_path / 'broken.png'}: " in capsys.readouterr().err
+
+
+def test_an_image_is_read_from_a_path_or_base64(tmp_path):
+    from tuneline.data.mm.request_images import read_image
+
+    image = noise_image(tmp_path, 0)
+    data = base64.b64encode(image.read_bytes()).decode()
+    pixels = read_image(str(image)).tobytes()
+    assert read_image(data).tobytes() == pixels
+    assert read_image(f"data:image/png;base64,{data}").tobytes() == pixels
+    cases = {"https://example.com/cat.png": "is a URL",
+             "data:image/png;base64,@@@": "the data URI's base64 text does not decode",
+             base64.b64encode(b"not an image at all" * 8).decode(): "the base64 data is not an image PIL can read",
+             "": "expected a file path or base64 text"}
+    for source, expected in cases.items():
+        with pytest.raises(UserError, match="cannot read the image: where: ") as caught:
+            read_image(source, "where")
+        assert expected in str(caught.value), (source, caught.value)
+
+
+def test_chat_pans_and_scans_images_as_the_gemma3_processor_does(tiny_vlm, tmp_path):
+    """`image_do_pan_and_scan: true` reaches `tuneline chat` and a served model (both answer through
+    `answer_vision`): a wide image goes in with its crops, the pixels those of Gemma 3's own processor."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from tuneline.chat import answer_vision
+    from tuneline.config import load_config
+    from tuneline.data import get_template
+    from tuneline.model.tokenizer import load_tokenizer
+
+    model = tiny_vlm("gemma3")
+    config = load_config(overrides={"model_name_or_path": str(model), "dataset": "mllm_demo", "template": "gemma3",
+                                    "dataset_dir": str(MLLM_DATA), "image_do_pan_and_scan": True,
+                                    "output_dir": str(tmp_path / "out")}, check_paths=False)
+    tokenizer = load_tokenizer(config.model)
+    vision, _ = answer_vision(config, tokenizer, get_template("gemma3", tokenizer))
+    wide = tmp_path / "wide.png"  # 800 x 300: 3 crops of 267 x 300
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (300, 800, 3), dtype=np.uint8)).save(wide)
+    text = vision.expand_safely([{"role": "user", "content": f"<image>{QUESTION}"}], [str(wide)])[0]["content"]
+    assert text.startswith("Here is the original image") and text.count("<start_of_image>") == 4
+    pixels = vision.pixel_inputs([1], [str(wide)])([1], 1, True)["pixel_values"]
+    own = AutoProcessor.from_pretrained(model)(text="<start_of_image>", images=[Image.open(wide).convert("RGB")],
+                                               do_pan_and_scan=True, return_tensors="pt")
+    assert pixels.shape[0] == 4 and torch.equal(pixels, own["pixel_values"])

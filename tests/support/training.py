@@ -1,0 +1,188 @@
+"""Helpers for the trainer tests: configs on the tiny model and small tokenized splits of the demo data.
+
+The splits are tokenized here with the tiny model's chat template (prompt tokens labelled -100), the columns
+tuneline.data produces for sft/pt/rm, so the trainers are tested without depending on the data pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+IGNORE = -100
+
+
+def config_values(model_dir: Path, output_dir: Path, **overrides) -> dict:
+    values = {
+        "model_name_or_path": str(model_dir), "stage": "sft", "finetuning_type": "full", "dataset": "demo_sft",
+        "dataset_dir": str(REPO_ROOT / "data"), "output_dir": str(output_dir), "per_device_train_batch_size": 4,
+        "learning_rate": 5e-3, "max_steps": 6, "logging_steps": 1, "save_steps": 1000, "seed": 7,
+        "lr_scheduler_type": "constant", "pipeline_cache_dir": str(output_dir.parent / "cache"),
+        "dataloader_num_workers": 0,
+    }
+    values.update(overrides)
+    return values
+
+
+def make_config(model_dir: Path, output_dir: Path, **overrides):
+    from tuneline.config import load_config
+
+    return load_config(None, config_values(model_dir, output_dir, **overrides), check_paths=False)
+
+
+def write_config(path: Path, model_dir: Path, output_dir: Path, **overrides) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(config_values(model_dir, output_dir, **overrides)))
+    return path
+
+
+def _chat_ids(tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    messages = [{"role": "user", "content": prompt}]
+    prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "keys"):
+        prompt_ids = prompt_ids["input_ids"]
+    answer_ids = tokenizer(answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    return list(prompt_ids), list(answer_ids)
+
+
+def sft_rows(tokenizer, count: int, offset: int = 0) -> dict[str, list]:
+    rows = json.loads((REPO_ROOT / "data" / "demo_sft.json").read_text())[offset:offset + count]
+    out = {"input_ids": [], "attention_mask": [], "labels": []}
+    for row in rows:
+        prompt, answer = _chat_ids(tokenizer, f"{row['instruction']}\n{row['input']}", row["output"])
+        out["input_ids"].append(prompt + answer)
+        out["attention_mask"].append([1] * (len(prompt) + len(answer)))
+        out["labels"].append([IGNORE] * len(prompt) + answer)
+    return out
+
+
+def rm_rows(tokenizer, count: int, offset: int = 0) -> dict[str, list]:
+    rows = json.loads((REPO_ROOT / "data" / "demo_pref.json").read_text())[offset:offset + count]
+    out = {f"{side}_{col}": [] for side in ("chosen", "rejected") for col in ("input_ids", "attention_mask", "labels")}
+    for row in rows:
+        for side in ("chosen", "rejected"):
+            prompt, answer = _chat_ids(tokenizer, f"{row['instruction']}\n{row['input']}", row[side])
+            out[f"{side}_input_ids"].append(prompt + answer)
+            out[f"{side}_attention_mask"].append([1] * (len(prompt) + len(answer)))
+            out[f"{side}_labels"].append([IGNORE] * len(prompt) + answer)
+    return out
+
+
+def make_splits(tokenizer, stage: str = "sft", train: int = 32, validation: int = 8):
+    from datasets import Dataset, DatasetDict
+
+    build = rm_rows if stage == "rm" else sft_rows
+    return DatasetDict({"train": Dataset.from_dict(build(tokenizer, train)),
+                        "validation": Dataset.from_dict(build(tokenizer, validation, offset=train))})
+
+
+def preference_trainer(trainer_class, config, policy, tokenizer, datasets, ref_model):
+    """A dpo or kto trainer (config.stage) built as the stage builds it, with the reference model given (None:
+    the rows carry precomputed reference log-probs)."""
+    from functools import partial
+
+    from tuneline.data import build_collator
+    from tuneline.train.trainer_base import StageSpec, build_trainer
+
+    spec = StageSpec(name=config.stage, trainer_class=partial(trainer_class, ref_model=ref_model))
+    return build_trainer(config, spec, policy, tokenizer, datasets, build_collator(config.stage, tokenizer), [])
+
+
+def nudge(model, scale=0.05):
+    """Move the trainable weights so the policy differs from its reference."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn(param.shape, generator=generator) * scale)
+
+
+def grad_enabled_per_forward(config, trainer_class) -> list[bool]:
+    """Whether gradients were on for each forward of the policy and of its live reference model, in order,
+    during one `batch_loss` of `trainer_class` (dpo or kto) on four training rows."""
+    import torch
+
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.reference import load_reference_model
+
+    tokenizer = load_tokenizer(config.model)
+    policy = load_model(config, tokenizer)
+    trainer = preference_trainer(trainer_class, config, policy, tokenizer, load_processed(build_dataset(config)),
+                                 load_reference_model(config, tokenizer))
+    seen: list[bool] = []
+    models = {id(m): m for m in (policy, trainer.ref_model) if m is not None}.values()
+    hooks = [m.register_forward_hook(lambda *_: seen.append(torch.is_grad_enabled())) for m in models]
+    try:
+        trainer.batch_loss(policy, trainer.data_collator([trainer.train_dataset[i] for i in range(4)]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def train_step(config, dataset: dict, reference: dict | None, key: str, mlflow_run_id: str | None,
+               tracking_uri: str | None, on_line=print) -> dict:
+    """What the train task does around Prefect: prepare the child, run it (unless a finished training stands),
+    take the result."""
+    from tuneline.pipeline.launch import run_streaming
+    from tuneline.pipeline.train_step import prepare_training
+
+    launch = prepare_training(config, dataset, reference, key, mlflow_run_id, tracking_uri, on_line=on_line)
+    if launch.command:
+        run_streaming(launch.command, launch.env, launch.forward)
+    return launch.result()
+
+
+# LLaMA-Factory's image demo data: mllm_demo (sft) as 0.9.5 ships it, and the rlhf_v pairs beside the media copy
+MLLM_DATA = REPO_ROOT / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data"
+MM_DATA = REPO_ROOT / "tests" / "fixtures" / "llamafactory-mm"
+VLM_KEYS = {"finetuning_type": "lora", "lora_target": "all", "per_device_train_batch_size": 2, "max_steps": 2,
+            "save_steps": 1}
+
+
+def vlm_config(tiny_vlm, tmp_path: Path, preset: str, **keys):
+    """A LoRA run of a few steps on a tiny vision-language preset, with its own template, into tmp_path/out."""
+    return make_config(tiny_vlm(preset), tmp_path / "out", **{**VLM_KEYS, "template": preset, **keys})
+
+
+class FirstBatch:
+    """Keeps the first training batch, as the trainer's own DataLoader made it."""
+
+    def __new__(cls):
+        from transformers import TrainerCallback
+
+        class Keeper(TrainerCallback):
+            batch = None
+
+            def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+                Keeper.batch = next(iter(train_dataloader))
+
+        return Keeper()
+
+
+def build(config, stage: str, tokenizer, splits=None):
+    from transformers import set_seed
+
+    from tuneline.data.collators import build_collator
+    from tuneline.model.loader import load_model
+    from tuneline.train import STAGE_MODULES
+    from tuneline.train.callbacks import build_callbacks
+    from tuneline.train.trainer_base import build_trainer
+
+    spec = __import__(STAGE_MODULES[stage], fromlist=["SPEC"]).SPEC
+    set_seed(config.training["seed"])  # as run_stage: a new head's weights must not depend on earlier tests
+    splits = splits if splits is not None else make_splits(tokenizer, "rm" if stage == "rm" else "sft")
+    model = load_model(config, tokenizer, is_trainable=True, add_valuehead=spec.add_valuehead)
+    collator = build_collator(spec.name, tokenizer)
+    callbacks = build_callbacks(config, config.output_dir)
+    return build_trainer(config, spec, model, tokenizer, splits, collator, callbacks), spec
+
+
+def logged(output_dir, key="loss"):
+    lines = [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
+    return [r[key] for r in lines if key in r]
