@@ -24,6 +24,7 @@ class SeenOptimizer(TrainerCallback):
 
 
 def sft_config(tmp_path, model, out, **keys):
+    from tuneline.config import load_config
 
     values = {"model_name_or_path": str(model), "dataset": "demo_sft", "dataset_dir": str(DATA), "max_samples": 16,
               "cutoff_len": 64, "output_dir": str(out), "pipeline_cache_dir": str(tmp_path / "cache"),
