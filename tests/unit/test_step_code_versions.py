@@ -69,3 +69,4 @@ def test_the_data_and_reference_versions_follow_their_imports_not_their_folders(
     assert "tuneline.logps" in reference and "tuneline.reference.compute" in reference
     assert "tuneline.train.sft" not in dataset | reference | tokenizer
     assert "tuneline.model.tokenizer" in tokenizer and "tuneline.evaluation.run" not in tokenizer
+    assert "tuneline.data.build" not in tokenizer and "tuneline.reference" not in tokenizer  # later steps' code
