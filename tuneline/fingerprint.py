@@ -71,15 +71,3 @@ class FileHasher:
         tmp.write_text(json.dumps(self._memo))
         os.replace(tmp, self.memo_path)
         self._dirty = False
-
-
-def sources_digest(root: str | Path, *parts: str) -> str:
-    """One hash of the Python sources under `root/part` (a module or a package) for each part: what makes a key
-    change when the code that produces a result is edited, without a version constant to remember to bump."""
-    root = Path(root)
-    hasher, files = FileHasher(), {}
-    for part in parts:
-        path = root / part
-        for source in [path] if path.is_file() else sorted(path.rglob("*.py")):
-            files[source.relative_to(root).as_posix()] = hasher.hash_file(source)
-    return fingerprint(files)

@@ -54,3 +54,19 @@ def test_what_each_step_reaches_includes_its_indirect_and_by_name_imports(packag
     assert "tuneline.export" not in train
     assert set(STAGE_MODULES.values()) <= set(train)  # each stage's module, loaded by name
     assert "tuneline.train" in train and "tuneline" in train  # the packages an import runs
+
+
+def test_every_cached_step_of_the_flow_has_a_code_version():
+    assert set(STEP_ENTRIES) == {"load-tokenizer", "build-dataset", "build-reference-model", "train", "evaluate",
+                                 "predict", "plot", "model-card"}
+
+
+def test_the_data_and_reference_versions_follow_their_imports_not_their_folders(package):
+    dataset = imported_modules(*STEP_ENTRIES["build-dataset"], root=package)
+    reference = imported_modules(*STEP_ENTRIES["build-reference-model"], root=package)
+    tokenizer = imported_modules(*STEP_ENTRIES["load-tokenizer"], root=package)
+    assert "tuneline.model.tokenizer" in dataset and "tuneline.data.templates" in str(sorted(dataset))
+    assert "tuneline.logps" in reference and "tuneline.reference.compute" in reference
+    assert "tuneline.train.sft" not in dataset | reference | tokenizer
+    assert "tuneline.model.tokenizer" in tokenizer and "tuneline.evaluation.run" not in tokenizer
+    assert "tuneline.data.build" not in tokenizer and "tuneline.reference" not in tokenizer  # later steps' code

@@ -1,6 +1,7 @@
 """The content key of a processed dataset, computed without heavy imports (it runs on every run).
 
-The sources of this package are part of the key, so editing how rows are read or encoded rebuilds the data; a hub
+The version of the code the step runs is part of the key (every module it imports), so editing how rows are read or
+encoded rebuilds the data; a hub
 dataset is keyed by the commit its revision resolves to, so a moved `main` rebuilds too. The images and videos a
 dataset names are keyed by content, so an edited image rebuilds; which files a data file names is remembered by the
 data file's hash, so a re-run does not parse it again."""
@@ -18,11 +19,11 @@ from tuneline.data.mm.run_media import MEDIA_SETTINGS
 from tuneline.data.readers import read_rows
 from tuneline.data.registry import INFO_FILE, DatasetAttr, dataset_attrs
 from tuneline.errors import DataError
-from tuneline.fingerprint import FileHasher, fingerprint, memo_dir, sources_digest
+from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.hub_revision import HubNaming, resolve_revision
+from tuneline.identity import step_code_version
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
-PROCESSING_CODE = Path(__file__).resolve().parent  # tuneline/data: every module that shapes the rows
 OPTION_KEYS = (
     "template", "cutoff_len", "train_on_prompt", "mask_history", "val_size", "max_samples", "mix_strategy",
     "interleave_probs", "default_system", "tool_format", "tool_date", "preprocessing_batch_size", "on_bad_rows",
@@ -93,7 +94,7 @@ def fingerprint_inputs(config: RunConfig) -> dict[str, Any]:
     data = config.data
     tokenizer = tokenizer_fingerprint(config.model, memo_dir(config))  # first: it saves the shared memo
     hasher = FileHasher(memo_dir(config))
-    code = sources_digest(PROCESSING_CODE.parent, PROCESSING_CODE.name)
+    code = step_code_version("build-dataset")
     datasets = {}
     for role, names in (("train", config.dataset_names), ("eval", config.eval_dataset_names)):
         for attr in dataset_attrs(names, data.dataset_dir):

@@ -22,6 +22,9 @@ MODULE_NAME = re.compile(r"^tuneline(\.[A-Za-z_]\w*)*$")
 
 # The module each cached step's work starts from (what its task calls into, or what the training child runs).
 STEP_ENTRIES = {
+    "load-tokenizer": ("tuneline.pipeline.tokenizer_check",),
+    "build-dataset": ("tuneline.data.build",),
+    "build-reference-model": ("tuneline.reference",),
     "train": ("tuneline.train.__main__",),
     "evaluate": ("tuneline.evaluation.run",),
     "predict": ("tuneline.evaluation.predict_step",),

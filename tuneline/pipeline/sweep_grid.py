@@ -24,6 +24,7 @@ from tuneline.config.loader import ALL_KEYS
 from tuneline.errors import ConfigError, UserError, did_you_mean
 from tuneline.evaluation.metric_names import metric_problems
 from tuneline.fingerprint import fingerprint
+from tuneline.identity.settings import NOT_CONTENT
 from tuneline.pipeline import keys
 from tuneline.preflight import checked_config
 from tuneline.secrets import is_secret
@@ -146,7 +147,7 @@ def _key_problem(key: str) -> str | None:
         return f"'{key}' is a credential: its values are masked in MLflow, so its points could not be told apart"
     if key in NOT_SWEPT:
         return f"'{key}' cannot be swept: {NOT_SWEPT[key]}"
-    if key in keys.NOT_CONTENT:
+    if key in NOT_CONTENT:
         return f"'{key}' cannot be swept: it changes how a run is named, tracked or cached, not what it trains"
     return None
 

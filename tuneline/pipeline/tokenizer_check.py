@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tuneline.config import RunConfig
-from tuneline.pipeline import keys
+from tuneline.identity.keys import tokenizer_key
 
 
 def inspect_tokenizer(config: RunConfig) -> dict:
@@ -13,7 +13,7 @@ def inspect_tokenizer(config: RunConfig) -> dict:
     tokenizer = load_tokenizer(config.model)
     return {
         "path": str(config.model.model_name_or_path),
-        "fingerprint": keys.tokenizer_key(config),
+        "fingerprint": tokenizer_key(config),
         "vocab_size": len(tokenizer),
         "has_chat_template": bool(getattr(tokenizer, "chat_template", None)),
         "eos_token": tokenizer.eos_token,

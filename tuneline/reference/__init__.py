@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.identity import step_code_version
 from tuneline.losses import REFERENCE_FREE
 from tuneline.reference.compute import REF_COLUMNS, TOKEN_COLUMNS
 from tuneline.reference.rows import visit_plan, visited_rows
@@ -27,7 +28,6 @@ __all__ = ["REF_COLUMNS", "STEP", "TOKEN_COLUMNS", "build_reference_logps", "loa
 
 STEP = "build-reference-model"
 ROWS_FOLDER = "rows"  # <pipeline_cache_dir>/build-reference-model/rows/<rows key>/: the per-row store
-_CODE = Path(__file__).resolve().parent
 
 
 def uses_reference(config) -> bool:
@@ -63,7 +63,7 @@ def reference_fingerprint(config, dataset_fingerprint: str) -> str:
         return fingerprint("no-reference", config.stage, ft.pref_loss)
     hasher = FileHasher(memo_dir(config))
     reference = rows_key(config, hasher)
-    code = {p.name: hasher.hash_file(p) for p in sorted(_CODE.glob("*.py"))}
+    code = step_code_version("build-reference-model")
     hasher.save()
     return fingerprint(STEP, reference, code, dataset_fingerprint, config.data.cutoff_len, config.data.template,
                        config.stage, visit_plan(config))

@@ -12,6 +12,7 @@ from tuneline.config.args import ADAPTER_TYPES
 from tuneline.data.mm.run_media import MEDIA_SETTINGS
 from tuneline.devices import gpu_count
 from tuneline.fingerprint import FileHasher, fingerprint
+from tuneline.identity.code import code_version
 
 # Files at the top of a model or adapter folder that decide its outputs (checkpoint-*/ folders are ignored).
 _MODEL_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".model", ".gguf")
@@ -19,9 +20,8 @@ _MODEL_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".model", ".g
 _MODEL_SETTINGS = ("resize_vocab", "add_special_tokens", "add_tokens", "new_special_tokens_config",
                    "init_special_tokens", "attn_implementation", "flash_attn", "infer_dtype", "quantization_type",
                    "double_quantization")
-# The code that computes the stored numbers: editing it makes them stale.
-_COMPUTE_CODE = (Path(__file__).with_name("compute.py"), Path(__file__).with_name("source.py"),
-                 Path(__file__).parents[1] / "logps.py")
+# The code that computes the stored numbers (and every module it imports): editing it makes them stale.
+COMPUTE_ENTRIES = ("tuneline.reference.compute", "tuneline.reference.source")
 
 
 def reference_source(config) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def rows_key(config, hasher: FileHasher) -> str:
     on_gpu = bool(gpu_count()) and not config.training.get("use_cpu")
     precision = {k: bool(config.training.get(k)) for k in ("bf16", "fp16")} | {"device": "cuda" if on_gpu else "cpu"}
     settings = {k: getattr(config.model, k) for k in (*_MODEL_SETTINGS, *MEDIA_SETTINGS)}  # pixel limits: images
-    code = {p.name: hasher.hash_file(p) for p in _COMPUTE_CODE}
+    code = code_version(*COMPUTE_ENTRIES)
     return fingerprint("reference-rows", source, content, settings, precision, config.stage, code)
 
 

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.errors import UserError
-from tuneline.fingerprint import fingerprint
-from tuneline.identity.settings import COSMETIC_KEYS, EVAL_SCHEDULE_KEYS, weight_neutral_keys
+from tuneline.identity.settings import COSMETIC_KEYS, EVAL_SCHEDULE_KEYS
 from tuneline.train.checkpoints import TRAINER_STATE, checkpoint_step, clear_staging, complete_checkpoints, is_complete
 from tuneline.training_contract import (
     SUPERSEDED,
@@ -34,24 +33,6 @@ from tuneline.training_contract import (
 )
 
 log = logging.getLogger(__name__)
-
-TRAIN_CODE_VERSION = "train-1"
-
-
-def standalone_key(config, dataset_ref: dict[str, Any] | None) -> str:
-    """The key of a training when the child runs alone (no flow gave it the step's keys); it serves as the resume key
-    too."""
-    from tuneline.model.fingerprint import model_fingerprint
-
-    model_fp = model_fingerprint(config, Path(config.pipeline.pipeline_cache_dir) / "hashes")
-    neutral = weight_neutral_keys(config)
-    shaping = {}
-    for group in (config.model, config.finetuning):
-        shaping.update({k: v for k, v in vars(group).items() if k not in neutral})
-    shaping.update({k: v for k, v in config.training.items() if k not in neutral})
-    data_fp = (dataset_ref or {}).get("fingerprint") or (dataset_ref or {}).get("path")
-    return fingerprint(TRAIN_CODE_VERSION, model_fp, data_fp, shaping)
-
 
 def unreadable_file(checkpoint: Path) -> str | None:
     """Why a checkpoint cannot be loaded (the name of its first file that does not read whole), or None: a checkpoint

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,34 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
     assert [p.name for p in complete_checkpoints(aside)] == ["checkpoint-2", "checkpoint-3", "checkpoint-4"]
     assert any(str(aside) in line for line in lines)
     assert read_run_file(out)["resumed_step"] == 0 and read_run_file(out)["global_step"] == 4
+
+
+def test_an_edit_of_the_training_code_reruns_the_step_but_resumes_into_the_same_run(tiny_model_dir, tmp_path):
+    """The train key holds the version of the code the training imports; the resume, run and standalone keys hold
+    none, so an edited trainer (here in a copy of the package) reruns the step, resumes its checkpoints and logs
+    into the same MLflow run."""
+    import tuneline
+
+    package = tmp_path / "code" / "tuneline"
+    shutil.copytree(Path(tuneline.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    code = (
+        f"import sys; sys.path.append({str(Path(__file__).parent)!r})\n"
+        "from pathlib import Path\n"
+        "from train_helpers import make_config\n"
+        "from tuneline.identity.keys import standalone_key\n"
+        "from tuneline.pipeline import keys\n"
+        f"c = make_config(Path({str(tiny_model_dir)!r}), Path({str(tmp_path / 'out')!r}))\n"
+        "print(keys.train_key(c, 'd', 'r'), keys.resume_key(c, 'd', 'r'), keys.run_key(c, 'd'),"
+        " standalone_key(c, {'fingerprint': 'd'}))\n"
+    )
+
+    def step_keys() -> list[str]:
+        env = {**os.environ, "PYTHONPATH": str(package.parent)}
+        return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.split()
+
+    train, *resume_run_standalone = step_keys()
+    trainer = package / "train" / "sft.py"
+    trainer.write_text(trainer.read_text() + "\n# an edit of the trainer\n")
+    edited_train, *edited_rest = step_keys()
+    assert edited_train != train and edited_rest == resume_run_standalone

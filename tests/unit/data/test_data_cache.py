@@ -4,8 +4,10 @@ tokenized_path checks), splits and mixing, bad rows end to end, and a fingerprin
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -54,18 +56,34 @@ def test_every_option_changes_the_fingerprint(data_dir, make_config, change):
     assert dataset_fingerprint(make_config(**base)) != dataset_fingerprint(make_config(**{**base, **change}))
 
 
-def test_editing_the_data_processing_code_changes_the_fingerprint(data_dir, make_config, monkeypatch, tmp_path):
-    """No version constant to bump: the key reads the package's sources (here a copy of them, edited)."""
-    from tuneline.data import cache_key
+def test_editing_a_module_the_build_imports_changes_the_fingerprint(data_dir, tmp_path, char_tokenizer_dir):
+    """No version constant to bump, no folder hashed whole: the key holds every module the build imports (here in a
+    copy of the package, edited), and an edit of a module it does not import keeps the key."""
+    import tuneline
 
-    code = tmp_path / "code" / "data"
-    shutil.copytree(cache_key.PROCESSING_CODE, code, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(cache_key, "PROCESSING_CODE", code)
-    before = dataset_fingerprint(make_config(dataset="a"))
-    assert dataset_fingerprint(make_config(dataset="a")) == before, "same code, same key"
-    encoder = next(code.rglob("*.py"))
+    package = tmp_path / "code" / "tuneline"
+    shutil.copytree(Path(tuneline.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    code = (
+        "from tuneline.config import load_config\n"
+        "from tuneline.data import dataset_fingerprint\n"
+        f"c = load_config(overrides={{'model_name_or_path': {str(char_tokenizer_dir)!r}, 'dataset': 'a',"
+        f" 'dataset_dir': {str(data_dir)!r}, 'pipeline_cache_dir': {str(tmp_path / 'cache')!r},"
+        f" 'output_dir': {str(tmp_path / 'o')!r}}}, check_paths=False)\n"
+        "print(dataset_fingerprint(c))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(package.parent)}
+
+    def key() -> str:
+        return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    before = key()
+    unrelated = package / "evaluation" / "run.py"  # the evaluation's code: the dataset does not import it
+    unrelated.write_text(unrelated.read_text() + "\n# an edit of the evaluation\n")
+    assert key() == before
+    encoder = package / "data" / "templates.py"
     encoder.write_text(encoder.read_text() + "\n# a change to how rows are encoded\n")
-    assert dataset_fingerprint(make_config(dataset="a")) != before
+    assert key() != before
 
 
 def test_data_entry_and_tokenizer_changes_miss(data_dir, tmp_path, make_config, char_tokenizer_dir):
