@@ -29,7 +29,7 @@ demo: $(STAMP)
 	@echo "See the run: $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1"
 
 lint: $(STAMP)
-	$(BIN)/ruff check tuneline tasks flows tests benchmarks deployments
+	$(BIN)/ruff check tuneline tasks flows cli orchestration tests benchmarks deployments
 	$(BIN)/lint-imports
 
 # The browser tests drive the system's Chromium; the set-up installs Debian's where it can (root and apt-get).

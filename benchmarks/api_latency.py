@@ -38,8 +38,8 @@ def build_export(root: Path, preset: str) -> tuple[Path, Path]:
     from transformers import AutoModelForCausalLM
 
     from tuneline.config import load_config
-    from tuneline.export import export_model
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.export.merge import export_model
 
     base = build_tiny_model(root / "base", **TINY_PRESETS[preset])
     torch.manual_seed(3)
@@ -56,8 +56,8 @@ def build_export(root: Path, preset: str) -> tuple[Path, Path]:
 
 def time_chat(config: Path, export: Path, tokens: int, rounds: int, tokenizer) -> dict:
     """`tuneline chat`'s answer, in this process: the answer is shown whole when generation ends."""
-    from tuneline.chat import Chat
     from tuneline.config import load_config
+    from tuneline.serving.chat import Chat
 
     chat = Chat(load_config(str(config), [f"max_new_tokens={tokens}"], check_paths=False), model_folder=export)
     chat.settings.sequence_bias = {(token,): -100.0 for token in chat.eos_ids}
@@ -137,7 +137,7 @@ def main() -> None:
         results = {"tuneline chat": time_chat(config, export, args.tokens, args.rounds, tokenizer)}
         env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
         port = free_port()
-        with server([sys.executable, "-m", "flows.cli", "api", str(export), "template=chatml"], port, {**env, "API_PORT": str(port)},
+        with server([sys.executable, "-m", "cli.main", "api", str(export), "template=chatml"], port, {**env, "API_PORT": str(port)},
                     root / "api.log") as url:
             results["tuneline api"] = time_server(url, "export", args.tokens, args.rounds, eos, tokenizer)
         port = free_port()

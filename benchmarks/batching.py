@@ -1,7 +1,7 @@
 """Padded against padding-free sft batches, per attention: `python benchmarks/batching.py [--device cuda]
 [--preset half-b] [--vocab 32000] [--batch 8] [--cutoff 1024] [--steps 20] [--json FILE]`.
 
-Times whole training steps (forward, backward, AdamW) of a random Llama (`tuneline.tiny_model` preset sizes, a
+Times whole training steps (forward, backward, AdamW) of a random Llama (`tuneline.demo.tiny_model` preset sizes, a
 real vocabulary) on the same batches of alpaca-like sft rows (lengths log-normal around --mean-tokens, cut at
 --cutoff, prompt tokens unlabelled), collated by tuneline's collator padded or flattened, with each attention that
 can run here: sdpa, tuneline's per-example `sdpa_packed`, flex_attention (CUDA) and flash_attention_2 (when
@@ -42,7 +42,7 @@ def cases(device: str) -> list[tuple[str, bool, str]]:
     import torch
 
     from tuneline.model.packed_attention import register_packed_sdpa
-    from tuneline.requirements import installed
+    from tuneline.runtime.requirements import installed
 
     found = [("padded sdpa", False, "sdpa"), ("flattened sdpa", True, "sdpa"),
              ("flattened sdpa_packed", True, register_packed_sdpa())]
@@ -104,7 +104,7 @@ def main() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from tuneline.data.collators import build_collator
-    from tuneline.tiny_model import TINY_PRESETS
+    from tuneline.demo.tiny_model import TINY_PRESETS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])

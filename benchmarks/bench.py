@@ -270,8 +270,8 @@ def prepare(work: Path, pairs: list[str]) -> None:
     mllm_demo replicated and the tiny llava (`tuneline tiny-model --preset llava`)."""
     from mm_throughput import write_mm_data
 
-    from tuneline.tiny_model import build_tiny_model
-    from tuneline.tiny_vlm import build_tiny_vlm
+    from tuneline.demo.tiny_model import build_tiny_model
+    from tuneline.demo.tiny_vlm import build_tiny_vlm
 
     data = work / "data"
     if not data.is_dir():

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import yaml
 
-from tuneline.step_cache import DAMAGED
+from tuneline.content.step_cache import DAMAGED
+from tuneline.runtime.contract import LOG_FILE, METRICS_SPOOL_DIR, RUN_FILE, die_with_parent, finished_run
 from tuneline.train.checkpoints import STAGING_DIR
 from tuneline.train.output_dir import unreadable_file
 from tuneline.train.trainer_log import logged_metrics, read_log
-from tuneline.training_contract import LOG_FILE, METRICS_SPOOL_DIR, RUN_FILE, die_with_parent, finished_run
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -791,13 +791,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.instants:
         args.cases = list(INSTANTS)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tuneline-chaos-"))
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
     model_dir = workdir / "model"
     if not (model_dir / "config.json").is_file():
         build_tiny_model(model_dir, **TINY_PRESETS["test"])
     if any(name.startswith("vlm") for name in args.cases) and not (workdir / VLM_MODEL / "config.json").is_file():
-        from tuneline.tiny_vlm import build_tiny_vlm
+        from tuneline.demo.tiny_vlm import build_tiny_vlm
 
         build_tiny_vlm(workdir / VLM_MODEL, "gemma3")
     suite = Suite(workdir, model_dir)

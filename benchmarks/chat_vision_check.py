@@ -2,7 +2,7 @@
 `python benchmarks/chat_vision_check.py [--device cuda] [--presets gemma3,llava,qwen2_vl,qwen3_vl]`.
 
 For each preset (`tuneline tiny-model --preset NAME`, random weights) and a few random-pixel images: the answer of
-`tuneline.chat.Chat` (template, plugin, the collator's pixels, `generate_batches`) against the model's processor and
+`tuneline.serving.chat.Chat` (template, plugin, the collator's pixels, `generate_batches`) against the model's processor and
 `generate` alone, given the same prompt text with the image written as the processor's own single image token (the
 processor expands it and makes the pixels). Prints a table of answers that agree and the seconds per answer; figures
 only. Needs torch, transformers, tokenizers, peft and PIL beside tuneline's own modules (no Prefect, MLflow or
@@ -59,9 +59,9 @@ def processor_answer(chat, model, image, device: str, max_new_tokens: int) -> st
 def check(preset: str, device: str, images: int, work: Path) -> dict:
     from transformers import AutoModelForImageTextToText
 
-    from tuneline.chat import Chat
     from tuneline.config import load_config
-    from tuneline.tiny_vlm import build_tiny_vlm
+    from tuneline.demo.tiny_vlm import build_tiny_vlm
+    from tuneline.serving.chat import Chat
 
     folder = build_tiny_vlm(work / preset, preset)
     config = load_config(None, {"model_name_or_path": str(folder), "stage": "sft", "template": preset,

@@ -600,7 +600,7 @@ def main() -> None:
 
     model = args.model
     if not model:
-        from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+        from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
         model = str(build_tiny_model(work / "model", **TINY_PRESETS["test"]))
     if args.template_parity:

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from tuneline.config import load_config
     from tuneline.data import build_dataset
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
     work = args.work or Path(tempfile.mkdtemp(prefix="ds-cpu-"))
     build_tiny_model(work / "model", **TINY_PRESETS["test"])

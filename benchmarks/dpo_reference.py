@@ -112,7 +112,7 @@ def measure(mode: str, work: Path, beta: float, steps: int) -> dict:
 def prepare(work: Path, hidden: int, layers: int, vocab: int) -> None:
     """The benchmark model and its processed dataset (built once, outside the measured processes)."""
     from tuneline.data import build_dataset
-    from tuneline.tiny_model import build_tiny_model
+    from tuneline.demo.tiny_model import build_tiny_model
 
     build_tiny_model(work / "model", hidden_size=hidden, intermediate_size=hidden * 11 // 4,
                      num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8)

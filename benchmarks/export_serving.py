@@ -46,7 +46,7 @@ def trained_config(root: Path, template: str, max_tokens: int) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
     base = build_tiny_model(root / "base", **TINY_PRESETS["test"])
     torch.manual_seed(7)
@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from openai import OpenAI
 
-    from flows.cli import run
-    from tuneline.chat import Chat
+    from cli.main import run
     from tuneline.config import load_config
+    from tuneline.serving.chat import Chat
 
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)

@@ -252,7 +252,7 @@ def run_case(work: Path, name: str, config: Path, system: str, device: str, peer
         else:  # its DeepSpeed runs start `torchrun`, found on PATH: .venv-peer's own
             env["PATH"] = os.pathsep.join((str(PEER_CLI.parent), env.get("PATH", "")))
     else:
-        command = [sys.executable, "-m", "flows.cli", "train", str(config)]
+        command = [sys.executable, "-m", "cli.main", "train", str(config)]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     start = time.perf_counter()
     proc = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True)
@@ -328,7 +328,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated subset of {', '.join(CASES)}")
-    parser.add_argument("--preset", default="half-b", help="tuneline.tiny_model preset of the model built")
+    parser.add_argument("--preset", default="half-b", help="tuneline.demo.tiny_model preset of the model built")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the card's dense bf16 peak, for MFU")
     parser.add_argument("--systems", default="tuneline,llamafactory", help="tuneline, llamafactory or both")
     parser.add_argument("--llamafactory-site", default=None, help="LLaMA-Factory installed into this target folder")
@@ -356,8 +356,8 @@ def print_plan(runs: list, skipped: dict) -> None:
 
 def prepare_models(work: Path, preset: str, runs: list) -> int:
     """The models the runs need, built offline; the Linear weights of the text model, for MFU."""
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
-    from tuneline.tiny_vlm import build_tiny_vlm
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_vlm import build_tiny_vlm
 
     if not (work / "model" / "config.json").is_file():
         build_tiny_model(work / "model", **TINY_PRESETS[preset])

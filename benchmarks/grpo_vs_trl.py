@@ -105,7 +105,7 @@ def plain(work: Path, settings: dict, dataset: str, env: dict) -> dict:
 
 def grpo_comparison(work: Path, steps: int, prefect_env: dict | None = None) -> dict:
     """Both runs on the demo settings for `steps` steps; the figures as a dict (bench.py adds them to its report)."""
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
     work.mkdir(parents=True, exist_ok=True)
     model = work / "tiny-llama"

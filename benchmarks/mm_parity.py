@@ -320,7 +320,7 @@ def same_summary(mine, other, tolerance: float = 1e-4) -> bool:
 
 def encodings(python: str, work: Path) -> tuple[dict, dict]:
     """LLaMA-Factory's and tuneline's `ENCODING_JOB` on one tiny gemma3."""
-    from tuneline.tiny_vlm import build_tiny_vlm
+    from tuneline.demo.tiny_vlm import build_tiny_vlm
 
     model = build_tiny_vlm(work / "tiny_gemma3", "gemma3")
     done = subprocess.run([python, "-c", LLAMAFACTORY_ENCODING, str(Path(__file__).parent), str(model),

@@ -120,7 +120,7 @@ def main() -> None:
     from datasets import load_from_disk
 
     from tuneline.data import build_dataset, load_processed
-    from tuneline.tiny_vlm import build_tiny_vlm
+    from tuneline.demo.tiny_vlm import build_tiny_vlm
 
     with tempfile.TemporaryDirectory(prefix="mm-throughput-") as tmp:
         work = Path(tmp)

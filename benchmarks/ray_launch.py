@@ -59,7 +59,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.pop("RAY_ADDRESS", None)
     from tuneline.data import build_dataset
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="ray-bench-") as scratch:
         root = Path(scratch)

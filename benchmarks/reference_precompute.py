@@ -77,7 +77,7 @@ def measure(label: str, work: Path, cache: str, steps: int, args) -> dict:
 def prepare(work: Path, args) -> None:
     """The model and the processed dataset, made once outside the measured processes."""
     from tuneline.data import build_dataset
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
     build_tiny_model(work / "model", **TINY_PRESETS["demo"], max_position_embeddings=args.cutoff)
     ref = build_dataset(run_config(work, "cache-data", 0, args.batch, args.accumulation, args.cutoff))

@@ -1,7 +1,7 @@
 """Training throughput on CPU: `python benchmarks/train_throughput.py [--steps 60] [--data alpaca|demo]
 [--checkpointing on|off|both]`.
 
-Builds a Llama of hidden 256, 4 layers, vocab 4096 (tuneline.tiny_model) and trains it with sft for a fixed number
+Builds a Llama of hidden 256, 4 layers, vocab 4096 (tuneline.demo.tiny_model) and trains it with sft for a fixed number
 of steps (cutoff_len 512, batch 4 x accumulation 2, fp32), LoRA and full, with length grouping and with packing,
 each in its own process so peak RSS is that run's. Gradient checkpointing is on by default in tuneline as in
 LLaMA-Factory; `--checkpointing both` (the default) runs each configuration with it on and off, one after the
@@ -68,7 +68,7 @@ def alpaca_rows(count: int, seed: int = 0) -> list[dict]:
 
 
 def prepare_workspace(work: Path, data: str) -> None:
-    from tuneline.tiny_model import build_tiny_model
+    from tuneline.demo.tiny_model import build_tiny_model
 
     if not (work / "model" / "config.json").is_file():
         build_tiny_model(work / "model", **MODEL_SIZES)

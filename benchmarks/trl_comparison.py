@@ -363,7 +363,7 @@ def in_child(*args: str) -> dict:
 
 def prepare(work: Path, stages: list[str], steps: int, vocab: int) -> None:
     """The demo tiny model, the processed datasets and the reference log-probs, built once before any run."""
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
     build_tiny_model(work / "model", **TINY_PRESETS["demo"])
     if vocab > 512:  # the same tokenizer and data, the logits as wide as a real tokenizer's (unused rows padded)

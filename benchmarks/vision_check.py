@@ -36,8 +36,8 @@ def check(preset: str, device: str, steps: int, work: Path) -> dict:
     from tuneline.data.mm import get_mm_plugin
     from tuneline.data.mm.run_media import RunMedia, media_settings
     from tuneline.data.template_catalog import get_template
+    from tuneline.demo.tiny_vlm import build_tiny_vlm
     from tuneline.model.processor import load_processor
-    from tuneline.tiny_vlm import build_tiny_vlm
 
     template_name = {"qwen3_vl": "qwen3_vl_nothink"}.get(preset, preset)
     folder = build_tiny_vlm(work / preset, preset)
@@ -103,7 +103,7 @@ def dpo_check(rows: list[dict], media, template, model, device: str, steps: int)
     import torch
 
     from tuneline.data.collators import build_collator
-    from tuneline.logps import MEDIA_INPUTS, pair_logps
+    from tuneline.objectives.logps import MEDIA_INPUTS, pair_logps
 
     tokenizer = media.processor.tokenizer
     features = pair_features(rows, media, template, "dpo")
@@ -136,8 +136,8 @@ def rm_check(rows: list[dict], media, template, folder: Path, device: str, steps
     from transformers import AutoConfig
 
     from tuneline.data.collators import build_collator
-    from tuneline.logps import MEDIA_INPUTS
     from tuneline.model.vision_scorer import scorer_class, scorer_config
+    from tuneline.objectives.logps import MEDIA_INPUTS
     from tuneline.train.rm import pair_scores, pairwise_loss
 
     tokenizer = media.processor.tokenizer

@@ -19,17 +19,17 @@ from pathlib import Path
 from prefect import flow, runtime
 from prefect.settings import PREFECT_API_URL
 
-from flows.crash_detection import ensure_crash_detection
-from flows.parameters import Settings, all_overrides
-from flows.prefect_artifacts import publish_prediction_artifacts, publish_run_artifacts
-from flows.server_lost import exit_now, is_server_lost, quiet_while_server_lost, server_lost_message
-from flows.user_errors import show_user_errors_without_traceback
+from orchestration.crash_detection import ensure_crash_detection
+from orchestration.parameters import Settings, all_overrides
+from orchestration.prefect_artifacts import publish_prediction_artifacts, publish_run_artifacts
+from orchestration.server_lost import exit_now, is_server_lost, quiet_while_server_lost, server_lost_message
+from orchestration.user_errors import show_user_errors_without_traceback
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, predict, train
 from tuneline.config import RunConfig, load_config
 from tuneline.errors import UserError, report_user_errors
 from tuneline.pipeline import keys, record
+from tuneline.pipeline.preflight import checked_config
 from tuneline.pipeline.reward_model_run import reward_model_overrides
-from tuneline.preflight import checked_config
 
 show_user_errors_without_traceback()
 quiet_while_server_lost()

@@ -16,17 +16,17 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from flows.concurrency import one_at_a_time
 from flows.finetune import finetune
-from flows.parameters import Settings, all_overrides
+from orchestration.concurrency import one_at_a_time
+from orchestration.parameters import Settings, all_overrides
 from tasks import build_dataset, evaluate, load_tokenizer
 from tuneline import tracking
 from tuneline.config import RunConfig
+from tuneline.content.fingerprint import fingerprint
 from tuneline.errors import ConfigError
 from tuneline.evaluation.metric_names import metric_problems
-from tuneline.fingerprint import fingerprint
 from tuneline.pipeline import promotion, record
-from tuneline.preflight import checked_config
+from tuneline.pipeline.preflight import checked_config
 
 
 def checked_retrain_config(config_path: str, registered_model: str, overrides: list[str],

@@ -5,7 +5,7 @@
 Every point's config is checked before anything starts. The steps the points share (tokenizer, dataset, reference
 log-probs, the base model's evaluation) run first, once per distinct input, so every point finds them cached and
 no two points build the same folder at once. With `max_parallel` above one, trainings also wait for the `gpu` tag's
-concurrency limit (created with one slot when missing, flows/concurrency.py): `max_parallel` bounds the points in
+concurrency limit (created with one slot when missing, orchestration/concurrency.py): `max_parallel` bounds the points in
 flight, the limit how many of them train at the same time. MLflow holds a parent run with one child per point,
 the comparison table and the best child's tag.
 """
@@ -17,12 +17,12 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.concurrency import ensure_gpu_limit
 from flows.finetune import _cache_options, _flow_run_url, finetune
+from orchestration.concurrency import ensure_gpu_limit
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer
 from tuneline.pipeline import sweep_record
+from tuneline.pipeline.preflight import checked_config
 from tuneline.pipeline.sweep_grid import SweepPoint, plan_sweep, shared_steps_key, shares_reward_model_steps
-from tuneline.preflight import checked_config
 
 
 @task(name="sweep-point", task_run_name="point {label}", cache_policy=NO_CACHE)

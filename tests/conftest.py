@@ -129,7 +129,7 @@ def built_once(name: str, build) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The "test" preset of the tiny Llama + tokenizer, built once per test run."""
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
 
     return built_once("tiny-model", lambda folder: build_tiny_model(folder, **TINY_PRESETS["test"]))
 
@@ -137,7 +137,7 @@ def tiny_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_vlm():
     """`tiny_vlm("llava")`: the folder of a tiny vision-language preset, built once per test run."""
-    from tuneline.tiny_vlm import build_tiny_vlm
+    from tuneline.demo.tiny_vlm import build_tiny_vlm
 
     return lambda preset: built_once(f"tiny-vlm-{preset}", lambda folder: build_tiny_vlm(folder, preset))
 

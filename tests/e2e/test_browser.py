@@ -21,7 +21,7 @@ import yaml
 from tests.support.flows import REPO, STEPS
 from tests.support.ports import free_port
 from tuneline import tracking
-from tuneline.training_contract import die_with_parent
+from tuneline.runtime.contract import die_with_parent
 
 pytestmark = pytest.mark.browser
 BIN = Path(sys.executable).parent

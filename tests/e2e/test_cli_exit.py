@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def test_a_missing_config_is_one_message_and_exit_code_2(tmp_path):
-    for command in (["-m", "flows.cli", "validate"], ["-m", "flows.cli", "train"], ["-m", "flows.finetune"]):
+    for command in (["-m", "cli.main", "validate"], ["-m", "cli.main", "train"], ["-m", "flows.finetune"]):
         out = subprocess.run([sys.executable, *command, str(tmp_path / "missing.yaml")], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 2, (command, out.stderr)
@@ -26,7 +26,7 @@ def test_a_run_that_cannot_work_is_refused_before_anything_starts(tmp_path, tiny
                       "template: chatm\nper_device_train_batch_size: -2\nquantization_bit: 4\nfp16: true\n"
                       f"output_dir: {tmp_path / 'out'}\n")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    for command in (["-m", "flows.cli", "validate"], ["-m", "flows.cli", "train"], ["-m", "flows.finetune"]):
+    for command in (["-m", "cli.main", "validate"], ["-m", "cli.main", "train"], ["-m", "flows.finetune"]):
         out = subprocess.run([sys.executable, *command, str(config)], capture_output=True, text=True, env=env,
                              timeout=120)
         assert out.returncode == 2 and "Traceback" not in out.stderr, (command, out.stderr)

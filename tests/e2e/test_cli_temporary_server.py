@@ -17,7 +17,7 @@ def test_cli_train_runs_on_prefects_temporary_server(tmp_path, tiny_model_dir):
                # Prefect gives its temporary server 20 s to start: too few beside a second test process
                PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120")
     env.update(COLUMNS="400", PREFECT_LOGGING_COLORS="false")  # on a terminal: whole lines, no colours
-    returncode, output = run_on_a_terminal([sys.executable, "-m", "flows.cli", "train", str(config)], env)
+    returncode, output = run_on_a_terminal([sys.executable, "-m", "cli.main", "train", str(config)], env)
     assert returncode == 0, output[-3000:]
     assert "Starting temporary server" in output
     finished = re.findall(r"Task run '([\w-]+)[^']*' - Finished in state Completed", output)

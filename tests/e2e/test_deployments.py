@@ -48,7 +48,7 @@ def test_served_deployments_carry_the_yaml_schedule_and_a_valid_config(prefect_a
                                                      ("timezone: UTC", "timezone: Mars/Olympus", "Mars/Olympus"),
                                                      ("examples/dpo_lora_demo.yaml", "examples/nope.yaml", "nope.yaml")])
 def test_a_deployment_that_cannot_run_is_refused_when_served_with_its_name(tmp_path, capsys, good, bad, named):
-    from flows.cli import run
+    from cli.main import run
 
     spec = tmp_path / "prefect.yaml"
     spec.write_text((REPO / "deployments" / "prefect.yaml").read_text().replace(good, bad, 1))
@@ -76,7 +76,7 @@ def _flow_runs(deployment_id: str) -> list:
 
 
 def test_trigger_starts_a_run_with_typed_fields_and_overrides_and_prints_its_page(prefect_api, capsys):
-    from flows.cli import run
+    from cli.main import run
 
     deployment = _deploy("trigger-me", {"config_path": "examples/sft_lora_demo.yaml", "overrides": ["max_steps=3"]})
     assert run(["trigger", "trigger-me", "learning_rate=2e-4", "logging_steps=3"]) == 0
@@ -95,7 +95,7 @@ def test_trigger_starts_a_run_with_typed_fields_and_overrides_and_prints_its_pag
     (["trigger", "trigger-bad", "max_steps"], "key=value"),
 ])
 def test_a_trigger_that_cannot_run_starts_nothing_and_says_why(prefect_api, capsys, argv, message):
-    from flows.cli import run
+    from cli.main import run
 
     deployment = _deploy("trigger-bad", {"config_path": "examples/sft_lora_demo.yaml", "overrides": []})
     assert run(argv) == 2
@@ -105,7 +105,7 @@ def test_a_trigger_that_cannot_run_starts_nothing_and_says_why(prefect_api, caps
 
 
 def test_trigger_without_a_server_says_how_to_reach_one(capsys, monkeypatch):
-    from flows.cli import run
+    from cli.main import run
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -118,7 +118,7 @@ def test_trigger_without_a_server_says_how_to_reach_one(capsys, monkeypatch):
 def test_serving_creates_the_gpu_limit_once_and_keeps_one_set_by_hand(prefect_api, monkeypatch):
     from prefect.client.orchestration import get_client
 
-    from flows.concurrency import GPU_TAG, SLOTS_ENV, ensure_gpu_limit
+    from orchestration.concurrency import GPU_TAG, SLOTS_ENV, ensure_gpu_limit
 
     async def delete():
         async with get_client() as client:

@@ -47,7 +47,7 @@ def test_flow_trains_tracks_and_caches(prefect_api, workdir):
     from mlflow import MlflowClient
     from prefect.automations import Automation
 
-    from flows.crash_detection import AUTOMATION_NAME
+    from orchestration.crash_detection import AUTOMATION_NAME
 
     root, config_path = workdir
     before = thread_priorities()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tuneline.config import load_config
-from tuneline.tiny_model import TINY_PRESETS
+from tuneline.demo.tiny_model import TINY_PRESETS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from tests.support.ports import free_port
 from tuneline.config import load_config
 from tuneline.data.cache_key import dataset_fingerprint, fingerprint_inputs
 from tuneline.errors import ConfigError, DataError
-from tuneline.hub_revision import forget_resolved_revisions, resolve_revision
+from tuneline.hub.revision import forget_resolved_revisions, resolve_revision
 from tuneline.model import model_fingerprint, tokenizer_fingerprint
 
 TOKEN = "hf_standin_read_token"
@@ -104,7 +104,7 @@ def test_without_the_hub_the_key_takes_the_cached_commit_else_the_name(hub, tmp_
     else:
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     cache = cache_with_snapshot(tmp_path / "hub-cache", "org/base", CACHED)
-    caplog.set_level(logging.WARNING, logger="tuneline.hub_revision")
+    caplog.set_level(logging.WARNING, logger="tuneline.hub.revision")
     cached = config(tmp_path, cache_dir=str(cache))
     assert resolve_revision("org/base", "main", cache_dir=cache) == CACHED and caplog.records == []
     forget_resolved_revisions()

@@ -10,7 +10,7 @@ from tests.support.llamafactory_examples import LLAMAFACTORY, STEPS, TRAINED, VA
 def test_every_example_config_passes_the_checks_made_before_a_run(checkout, tiny_model_dir, monkeypatch):
     """What `tuneline validate` checks (keys, ranges, template, paths, packages), for every example: in `make test`,
     while the trainings themselves run in `make acceptance`."""
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     monkeypatch.chdir(checkout)
     for example in TRAINED:
@@ -20,7 +20,7 @@ def test_every_example_config_passes_the_checks_made_before_a_run(checkout, tiny
 
 def test_a_method_tuneline_has_not_built_is_refused_before_anything_starts(checkout, tiny_model_dir, monkeypatch,
                                                                           capsys):
-    from flows.cli import run
+    from cli.main import run
 
     monkeypatch.chdir(checkout)
     out = checkout / "saves" / "llama_pro"
@@ -34,7 +34,7 @@ def test_a_method_tuneline_has_not_built_is_refused_before_anything_starts(check
 def test_the_dpo_vision_example_is_refused_up_front_without_its_hub_dataset(checkout, tiny_vlm, monkeypatch, capsys):
     """Its `rlhf_v` is a hub dataset with images, read only from a local copy (see local_rlhf_v), which
     LLaMA-Factory's data folder does not hold."""
-    from flows.cli import run
+    from cli.main import run
 
     monkeypatch.chdir(checkout)
     out = checkout / "saves" / "refused"
@@ -47,7 +47,7 @@ def test_the_dpo_vision_example_is_refused_up_front_without_its_hub_dataset(chec
 
 def test_bad_images_end_the_run_before_training_naming_their_rows(prefect_api, tiny_vlm, tmp_path, monkeypatch,
                                                                    capsys):
-    from flows.cli import run
+    from cli.main import run
 
     shutil.copytree(LLAMAFACTORY, tmp_path, dirs_exist_ok=True)
     images = tmp_path / "data" / "mllm_demo_data"

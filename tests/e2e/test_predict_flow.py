@@ -33,7 +33,7 @@ def workdir(tmp_path_factory, tiny_model_dir):
 
 
 def cli(*argv) -> dict:
-    from flows.cli import run
+    from cli.main import run
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -76,7 +76,7 @@ def test_a_do_predict_config_answers_the_eval_set_logs_the_scores_and_is_cached(
 
 
 def test_predicting_without_an_eval_set_is_refused_with_what_to_set(workdir, capsys):
-    from flows.cli import run
+    from cli.main import run
 
     config = yaml.safe_load((workdir / "base.yaml").read_text())
     del config["eval_dataset"]
@@ -89,7 +89,7 @@ def test_predicting_without_an_eval_set_is_refused_with_what_to_set(workdir, cap
 
 @pytest.mark.parametrize("command", ["validate", "predict", "train"])
 def test_training_keys_in_a_prediction_are_refused_in_one_message_by_each_command(workdir, capsys, command):
-    from flows.cli import run
+    from cli.main import run
 
     config = yaml.safe_load((workdir / "predict.yaml").read_text())
     (workdir / "predict_lr.yaml").write_text(yaml.safe_dump({**config, "output_dir": str(workdir / "refused"),

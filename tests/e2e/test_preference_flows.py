@@ -50,7 +50,7 @@ def test_dpo_sweep_over_pref_beta_reuses_the_reference_log_probs(prefect_api, ro
     assert made["visited_rows"]["train"] == 48 < made["rows"]["train"], made
     assert "reward_accuracy" in result["tuned"] and "reward_accuracy" in result["base"]
 
-    from flows.parameters import Settings
+    from orchestration.parameters import Settings
 
     _, states = run_flow(root / "dpo.yaml", [f"output_dir={root / 'dpo_beta'}"], Settings(pref_beta=0.3))
     assert states["build-reference-model"] == ["Cached"], states

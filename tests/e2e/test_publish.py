@@ -128,7 +128,7 @@ def test_hub_strategy_end_and_pissa_convert_are_what_publishing_does(tmp_path):
 def test_push_to_hub_without_any_token_is_refused_before_training(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         monkeypatch.delenv(name, raising=False)

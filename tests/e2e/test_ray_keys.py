@@ -110,7 +110,7 @@ def test_a_failed_fit_ends_the_driver_with_the_childs_own_line():
 
 
 def test_an_unreachable_cluster_is_one_line_before_anything_starts(tmp_path, capsys):
-    from flows.cli import run
+    from cli.main import run
     from tests.support.ports import free_port
 
     config = tmp_path / "c.yaml"

@@ -15,8 +15,8 @@ import pytest
 
 from tests.support.training import make_config, train_step
 from tuneline.pipeline.launch import launch_command
+from tuneline.runtime.contract import read_run_file
 from tuneline.train.checkpoints import checkpoint_step, complete_checkpoints
-from tuneline.training_contract import read_run_file
 
 SETTINGS = {"finetuning_type": "lora", "lora_rank": 4, "learning_rate": 1e-2, "lr_scheduler_type": "linear",
             "warmup_steps": 2, "max_steps": 8, "save_steps": 2, "per_device_train_batch_size": 2, "max_samples": 64,

@@ -96,7 +96,7 @@ def test_two_retrains_that_finish_at_once_never_both_promote(prefect_api, tmp_pa
 ])
 def test_a_promotion_metric_the_evaluation_never_reports_is_refused_before_training(capsys, tmp_path, monkeypatch,
                                                                                     metric, message):
-    from flows.cli import run
+    from cli.main import run
 
     monkeypatch.chdir(REPO)
     store = tmp_path / "mlflow.db"

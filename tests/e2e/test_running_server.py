@@ -24,7 +24,7 @@ import yaml
 
 from tests.support.flows import REPO, STEPS, tiny_config
 from tests.support.ports import free_port
-from tuneline.training_contract import die_with_parent
+from tuneline.runtime.contract import die_with_parent
 
 BIN = Path(sys.executable).parent
 
@@ -163,12 +163,12 @@ def test_a_deployment_served_by_tuneline_serve_runs_triggered_runs_and_a_second_
 
 def test_a_killed_run_is_marked_crashed_by_prefect(prefect_server, tmp_path, tiny_model_dir):
     """SIGKILL leaves no word to the server; the flow's heartbeats stop, and the automation of
-    flows.crash_detection marks the run Crashed after three missed ones. The flow installs it itself (the flow tests
+    orchestration.crash_detection marks the run Crashed after three missed ones. The flow installs it itself (the flow tests
     check that); here it is installed first, so that the run's first heartbeat already counts."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    from flows.crash_detection import ensure_crash_detection
+    from orchestration.crash_detection import ensure_crash_detection
 
     with temporary_settings({PREFECT_API_URL: prefect_server, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 30}):
         ensure_crash_detection()
@@ -176,7 +176,7 @@ def test_a_killed_run_is_marked_crashed_by_prefect(prefect_server, tmp_path, tin
     config = tiny_config(tmp_path, tiny_model_dir, run_name="killed-mid-training", max_steps=100000, save_steps=5)
     env = client_env(prefect_server, tmp_path, PREFECT_FLOWS_HEARTBEAT_FREQUENCY="30")
     started = time.monotonic()
-    # the flow's launcher and training die with it (tuneline.training_contract.die_with_parent), as it dies with us
+    # the flow's launcher and training die with it (tuneline.runtime.contract.die_with_parent), as it dies with us
     flow = subprocess.Popen([sys.executable, "-m", "flows.finetune", str(config)], cwd=REPO, env=env,
                             preexec_fn=die_with_parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

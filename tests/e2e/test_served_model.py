@@ -70,7 +70,7 @@ def test_the_champion_loads_with_mlflow_pyfunc_and_answers_through_the_training_
 def test_each_input_row_is_a_conversation():
     import pandas as pd
 
-    from tuneline.serving_model import ServedChat, conversation
+    from tuneline.serving.mlflow_model import ServedChat, conversation
 
     said = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     assert conversation({"messages": said}) == ([{"role": "user", "content": "hi"}], "be brief")
@@ -82,7 +82,7 @@ def test_each_input_row_is_a_conversation():
 
 
 def test_openai_tool_messages_take_the_templates_roles():
-    from tuneline.serving_model import conversation
+    from tuneline.serving.mlflow_model import conversation
 
     said = [dict(message) for message in OPENAI_TOOL_TURNS]
     assert conversation({"messages": said}) == ([
@@ -143,3 +143,23 @@ def test_mlflow_models_serve_answers_a_generation_request(registered, tiny_model
     assert isinstance(row["answer"], str) and row["tool_calls"] == [], "the signature lets tools and their turns in"
 
 
+
+
+def test_a_version_registered_under_the_old_loader_name_still_loads_and_answers(registered, tiny_model_dir, tmp_path,
+                                                                                monkeypatch):
+    """Versions registered before serving had its package name `tuneline.serving_model` in their MLmodel: the same
+    files under that name load through MLflow and answer as a new version does."""
+    import mlflow
+    import yaml
+
+    uri, adapter = registered
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    folder = Path(mlflow.artifacts.download_artifacts(f"models:/{NAME}/1", dst_path=str(tmp_path / "v1")))
+    mlmodel = yaml.safe_load((folder / "MLmodel").read_text())
+    assert mlmodel["flavors"]["python_function"]["loader_module"] == "tuneline.serving.mlflow_model"
+    mlmodel["flavors"]["python_function"]["loader_module"] = "tuneline.serving_model"
+    (folder / "MLmodel").write_text(yaml.safe_dump(mlmodel))
+
+    old = mlflow.pyfunc.load_model(str(folder))
+    assert old.predict({"prompt": QUESTION}) == [{"answer": greedy_answer(tiny_model_dir, adapter, QUESTION),
+                                                 "tool_calls": []}]

@@ -1,4 +1,4 @@
-"""A Prefect server lost mid-run (flows/server_lost.py): which errors mean it, and Prefect's records about it folded
+"""A Prefect server lost mid-run (orchestration/server_lost.py): which errors mean it, and Prefect's records about it folded
 into one line each. The whole case, with a real server killed mid-train, is `make chaos --cases "prefect server
 lost"` (benchmarks/chaos.py)."""
 
@@ -9,7 +9,7 @@ import logging
 import httpx
 import pytest
 
-from flows.server_lost import QuietWhileServerLost, is_server_lost
+from orchestration.server_lost import QuietWhileServerLost, is_server_lost
 
 API = "http://127.0.0.1:4321/api"
 
@@ -17,7 +17,7 @@ API = "http://127.0.0.1:4321/api"
 @pytest.fixture(autouse=True)
 def api_url(monkeypatch):
     """PREFECT_API_URL as this test's: a test process may hold another (its test harness's) in Prefect's settings."""
-    monkeypatch.setattr("flows.server_lost.api_url", lambda: API)
+    monkeypatch.setattr("orchestration.server_lost.api_url", lambda: API)
 
 
 def _refused(url: str) -> httpx.ConnectError:

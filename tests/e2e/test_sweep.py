@@ -62,7 +62,7 @@ def two_gpu_slots(prefect_api, monkeypatch):
     """The `gpu` limit, created by the sweep with two slots, removed afterwards for other tests."""
     from prefect.client.orchestration import get_client
 
-    from flows.concurrency import GPU_TAG, SLOTS_ENV
+    from orchestration.concurrency import GPU_TAG, SLOTS_ENV
 
     monkeypatch.setenv(SLOTS_ENV, "2")
     yield
@@ -141,7 +141,7 @@ def test_two_by_two_sweep_nests_four_runs_shares_steps_and_tags_the_best(root, t
 def test_a_grid_with_an_unknown_key_is_refused_before_any_run(root, capsys):
     from mlflow import MlflowClient
 
-    from flows.cli import run
+    from cli.main import run
 
     code = run(["sweep", str(root / "dpo.yaml"), "mlflow_experiment=refused-sweep",
                  "--grid", "learning_rat=1e-4,5e-5", "pref_beta=0.1,0.3"])

@@ -72,7 +72,7 @@ def test_pan_and_scan_runs_through_the_flow(prefect_api, tiny_vlm, tmp_path):
     crops (images grown to 400 x 400 pixels, so the wide demo images are cut) and trains on them."""
     from tuneline.data import build_dataset, load_processed
     from tuneline.model.processor import load_processor
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     path, _ = gemma3_run(tiny_vlm, tmp_path, image_do_pan_and_scan=True, image_min_pixels=400 * 400)
 

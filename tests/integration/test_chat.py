@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from flows.cli import run
+from cli.main import run
 from tests.support.chat import ADD, greedy_answer, scripted_agent
 
 QUESTION = "add two and three"
@@ -44,8 +44,8 @@ def test_the_tool_list_is_in_the_prompt_and_the_answers_calls_come_back_as_json(
                                                                                   monkeypatch):
     """Prompt building, decoding and extraction are the real ones; only the generated ids are scripted (a trained
     agent's call, then the same text with no tools offered)."""
-    from tuneline.chat import Chat
     from tuneline.config import load_config
+    from tuneline.serving.chat import Chat
 
     path, _ = trained_chat
     prompts = scripted_agent(monkeypatch, tiny_model_dir, QWEN_CALL, QWEN_CALL)

@@ -12,7 +12,7 @@ import shutil
 import pytest
 import yaml
 
-from flows.cli import run
+from cli.main import run
 from tests.support.vision_chat import MLLM_DATA, QUESTION, noise_image, processor_answer
 from tuneline.errors import UserError
 
@@ -107,10 +107,10 @@ def test_chat_pans_and_scans_images_as_the_gemma3_processor_does(tiny_vlm, tmp_p
     from PIL import Image
     from transformers import AutoProcessor
 
-    from tuneline.chat import answer_vision
     from tuneline.config import load_config
     from tuneline.data import get_template
     from tuneline.model.tokenizer import load_tokenizer
+    from tuneline.serving.chat import answer_vision
 
     model = tiny_vlm("gemma3")
     config = load_config(overrides={"model_name_or_path": str(model), "dataset": "mllm_demo", "template": "gemma3",

@@ -420,8 +420,8 @@ def launch_command(config, tokenizer) -> list[str]:
 
 def models_referred(config, tokenizer) -> dict:
     """Where the reference and reward models come from, and the names the run is tracked under."""
+    from tuneline.objectives.rewards import reward_config
     from tuneline.reference import needs_reference, reference_source
-    from tuneline.rewards import reward_config
 
     reward = reward_config(config) if config.finetuning.reward_model else None
     return {"reference": (needs_reference(config), reference_source(config)),
@@ -443,7 +443,7 @@ def training_arguments(config, tokenizer) -> dict | None:
     if config.stage == "ppo":
         return None
     if config.stage == "grpo":  # trl's GRPOConfig, and the reward functions its trainer calls
-        from tuneline.grpo_rewards import resolve_reward_funcs
+        from tuneline.objectives.grpo_rewards import resolve_reward_funcs
         from tuneline.train.grpo import grpo_training_args
 
         return {**grpo_training_args(config).to_dict(), "rewards": resolve_reward_funcs(config, tokenizer)[1]}
@@ -525,9 +525,9 @@ def world(tiny_model_dir, tmp_path_factory):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_vlm import build_tiny_vlm
     from tuneline.model import load_tokenizer
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
-    from tuneline.tiny_vlm import build_tiny_vlm
 
     tmp = tmp_path_factory.mktemp("keys")
     other = build_tiny_model(tmp / "model2", **{**TINY_PRESETS["test"], "num_hidden_layers": 3})

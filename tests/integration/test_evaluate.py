@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tuneline.config import load_config
+from tuneline.content.step_cache import cached_step
 from tuneline.errors import UserError
 from tuneline.evaluation import eval_fingerprint, evaluate_model, model_content_key, scoring
 from tuneline.evaluation.generation import last_labelled_span, split_prompt_answer, text_metrics
 from tuneline.evaluation.scoring import IGNORE_INDEX, label_scores, loss_metrics, pairwise_metrics
-from tuneline.step_cache import cached_step
 
 QUESTIONS = ["What is 2+2?", "Reverse abc", "Name a color", "What is 7*6?", "Say hi", "Count to 3"]
 ANSWER, WRONG = "42", "17"
@@ -30,7 +30,7 @@ def model_dir(request, tmp_path_factory) -> Path:
     try:
         return Path(request.getfixturevalue("tiny_model_dir"))
     except pytest.FixtureLookupError:
-        from tuneline.tiny_model import build_tiny_model
+        from tuneline.demo.tiny_model import build_tiny_model
 
         return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -259,7 +259,7 @@ def test_sequence_logps_are_the_full_logits_log_probs_of_the_labelled_tokens(mod
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tuneline.logps import sequence_logps
+    from tuneline.objectives.logps import sequence_logps
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     rows = sft_rows(tokenizer)

@@ -8,7 +8,7 @@ import torch
 from tests.support.model_steps import make_adapter
 from tuneline.config import load_config
 from tuneline.errors import ConfigError
-from tuneline.export import export_model
+from tuneline.export.merge import export_model
 
 
 def _config(tiny_model_dir, **keys):

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from flows.cli import run
+from cli.main import run
 from tests.support.model_steps import make_adapter
 from tuneline.data.native_tools import chat_message
 
@@ -94,7 +94,7 @@ def test_an_auto_template_run_keeps_the_tokenizers_own_chat_template(tiny_model_
     from transformers import AutoTokenizer
 
     from tuneline.config import load_config
-    from tuneline.export_chat import prepare_chat
+    from tuneline.export.chat_template import prepare_chat
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     own = tokenizer.chat_template

@@ -89,7 +89,7 @@ def llamafactory_scores(causal_lm, head: dict, batch) -> torch.Tensor:
 
 def scores_of(config, tokenizer, batch) -> torch.Tensor:
     from tuneline.model import load_tokenizer
-    from tuneline.rewards import load_reward_model, sequence_scores
+    from tuneline.objectives.rewards import load_reward_model, sequence_scores
 
     ours = load_tokenizer(config.model)
     assert ours.get_vocab() == tokenizer.get_vocab()
@@ -152,7 +152,7 @@ def test_a_folder_that_is_no_reward_model_is_refused(tiny_model_dir, tokenizer, 
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from tuneline.rewards import load_reward_model
+    from tuneline.objectives.rewards import load_reward_model
 
     plain = tmp_path / "plain"
     AutoModelForCausalLM.from_pretrained(tiny_model_dir).save_pretrained(str(plain))
@@ -174,7 +174,7 @@ def test_a_folder_that_is_no_reward_model_is_refused(tiny_model_dir, tokenizer, 
 def test_a_value_head_that_does_not_fit_is_refused(tiny_model_dir, tokenizer, tmp_path, head, message):
     from transformers import AutoModelForCausalLM
 
-    from tuneline.rewards import load_reward_model
+    from tuneline.objectives.rewards import load_reward_model
 
     folder = save_llamafactory_rm(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tokenizer, tmp_path / "rm",
                                   head)

@@ -119,7 +119,7 @@ def test_an_experiment_name_cannot_climb_out_of_the_artifact_folder(name, tmp_pa
 
 def test_a_credential_on_the_command_line_is_refused_before_prefect_stores_it(tiny_model_dir, tmp_path):
     """The CLI's overrides become the flow run's parameters, which Prefect keeps and shows."""
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     keys = {"model_name_or_path": str(tiny_model_dir), "stage": "sft", "dataset": "demo_sft", "template": "chatml",
             "dataset_dir": str(REPO / "data"), "output_dir": str(tmp_path / "out")}

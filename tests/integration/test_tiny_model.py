@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneline.tiny_model import IM_END, IM_START, TINY_PRESETS, build_tiny_model
+from tuneline.demo.tiny_model import IM_END, IM_START, TINY_PRESETS, build_tiny_model
 
 CHAT = [
     {"role": "system", "content": "Answer with the result only."},
@@ -120,6 +120,6 @@ def test_missing_corpus_dir_falls_back_to_generated_text(tiny_model_dir, tmp_pat
 
 
 def test_import_is_cheap():
-    code = "import sys, tuneline.tiny_model; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    code = "import sys, tuneline.demo.tiny_model; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

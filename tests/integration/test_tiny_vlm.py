@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneline.tiny_vlm import VLM_PRESETS, build_tiny_vlm, qwen_image_processor
+from tuneline.demo.tiny_vlm import VLM_PRESETS, build_tiny_vlm, qwen_image_processor
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data" / "mllm_demo_data" / "1.jpg"
@@ -115,14 +115,14 @@ def test_assistant_mask_covers_only_the_answer(built):
 
 def test_cli_lists_the_presets_and_builds_one(tmp_path):
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    helped = subprocess.run([sys.executable, "-m", "flows.cli", "tiny-model", "--help"], capture_output=True,
+    helped = subprocess.run([sys.executable, "-m", "cli.main", "tiny-model", "--help"], capture_output=True,
                             text=True, check=True, cwd=REPO, env=env)
     assert all(name in " ".join(helped.stdout.split()) for name in ("demo", "gemma3", "llava", "qwen2_vl",
                                                                      "qwen3_vl"))
-    built = subprocess.run([sys.executable, "-m", "flows.cli", "tiny-model", "--preset", "llava",
+    built = subprocess.run([sys.executable, "-m", "cli.main", "tiny-model", "--preset", "llava",
                             str(tmp_path / "llava")], capture_output=True, text=True, cwd=REPO, env=env)
     assert built.returncode == 0, built.stderr
     assert json.loads((tmp_path / "llava" / "config.json").read_text())["model_type"] == "llava"
-    wrong = subprocess.run([sys.executable, "-m", "flows.cli", "tiny-model", "--preset", "llava2",
+    wrong = subprocess.run([sys.executable, "-m", "cli.main", "tiny-model", "--preset", "llava2",
                             str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO, env=env)
     assert wrong.returncode != 0 and "unknown preset 'llava2'" in wrong.stderr and "qwen3_vl" in wrong.stderr

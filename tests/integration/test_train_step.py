@@ -14,7 +14,7 @@ import pytest
 
 from tuneline.pipeline.follow_log import TrainerLogReader
 
-COUNT_AND_IMPORTS = ("import sys; from tuneline.devices import gpu_count; "
+COUNT_AND_IMPORTS = ("import sys; from tuneline.runtime.devices import gpu_count; "
                      "print(gpu_count(), 'torch' in sys.modules)")
 
 
@@ -47,7 +47,7 @@ def test_gpu_count_reads_nvml_and_the_launch_follows_it(tmp_path, tiny_model_dir
     script = textwrap.dedent(f"""
         import json, sys
         from tuneline.config import load_config
-        from tuneline.devices import gpu_count
+        from tuneline.runtime.devices import gpu_count
         from tuneline.pipeline.launch import launch_command
         config = load_config(None, {{"model_name_or_path": {str(tiny_model_dir)!r}, "stage": "sft", "dataset": "demo_sft",
                                "dataset_dir": "data", "template": "chatml", "output_dir": "out"}}, check_paths=False)

@@ -9,8 +9,8 @@ import json
 from tuneline.config import load_config
 from tuneline.pipeline import keys
 from tuneline.pipeline.train_step import prepare_training
+from tuneline.runtime.contract import COMPLETE, read_run_file, write_run_file
 from tuneline.train.output_dir import prepare_output_dir
-from tuneline.training_contract import COMPLETE, read_run_file, write_run_file
 
 
 def test_a_training_the_child_finished_and_the_flow_never_recorded_stands(tmp_path, tiny_model_dir):

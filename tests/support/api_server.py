@@ -23,7 +23,7 @@ def api_server(args: list[str], log_path: Path, **env: str):
     port = free_port()
     environ = {**os.environ, "API_PORT": str(port), "API_KEY": KEY, **env}
     with open(log_path, "w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "flows.cli", "api", *args], env=environ, stdout=log,
+        process = subprocess.Popen([sys.executable, "-m", "cli.main", "api", *args], env=environ, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until_up(port, process, log_path)

@@ -60,7 +60,7 @@ def train(checkout, example, *overrides):
     import contextlib
     import io
 
-    from flows.cli import run
+    from cli.main import run
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

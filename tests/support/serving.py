@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.support.ports import free_port
 from tuneline import tracking
-from tuneline.training_contract import die_with_parent
+from tuneline.runtime.contract import die_with_parent
 
 # A 1 x 1 PNG, base64: an image part the served models take.
 PNG_1X1 = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.cli import run as cli_run
+from cli.main import run as cli_run
 from tuneline.config import dump_config, load_config, parse_overrides
 from tuneline.errors import ConfigError
 
@@ -200,7 +200,7 @@ def test_a_checked_config_is_read_once_per_process_and_each_caller_gets_its_own(
                                                                                tiny_model_dir):
     """The command, the flow run's name and the flow ask for the same config: one read and check, three copies; an
     edited file is read again."""
-    import tuneline.preflight as preflight
+    import tuneline.pipeline.preflight as preflight
 
     reads = []
     real = preflight.load_config

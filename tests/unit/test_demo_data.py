@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneline.demo_data import DATASET_INFO, TASKS, write_demo_data
+from tuneline.demo.demo_data import DATASET_INFO, TASKS, write_demo_data
 
 EVAL_SETS = {"demo_sft_eval", "demo_pref_eval"}
 TASK_BY_INSTRUCTION = {task.instruction: task for task in TASKS.values()}
@@ -134,7 +134,7 @@ def test_pt_text_is_plain_sentences(rows):
 
 
 def test_corpus_texts_fall_back_to_generated_data(demo_data_dir, tmp_path):
-    from tuneline.demo_data import corpus_texts
+    from tuneline.demo.demo_data import corpus_texts
 
     assert corpus_texts(tmp_path) == corpus_texts(demo_data_dir)
     assert Path(demo_data_dir).is_dir()

@@ -59,7 +59,7 @@ def _command_lines(program: str, inline: bool = True) -> list[tuple[str, str]]:
 
 
 def test_the_docs_show_a_config_and_each_validates_from_the_repo(tmp_path, monkeypatch):
-    from flows.cli import run
+    from cli.main import run
 
     configs = _configs()
     assert any(name == "README.md" for name, _ in configs)
@@ -74,7 +74,7 @@ def test_every_tuneline_command_the_docs_show_parses(capsys):
     """Whole command lines parse; a command named in prose exists with the options it is shown with."""
     import shlex
 
-    from flows.cli import _parser
+    from cli.main import _parser
 
     for name, line in set(_command_lines("tuneline")) - set(_command_lines("tuneline", inline=False)):
         words = shlex.split(line)

@@ -139,7 +139,7 @@ def test_a_node_waits_for_the_main_machines_dataset_then_says_what_is_missing(tm
 
 
 def test_train_node_errors_reach_the_command_line_as_one_message(tmp_path, capsys):
-    from flows.cli import run
+    from cli.main import run
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"model_name_or_path": str(REPO / "no-such-model"), "dataset": "demo_sft"}))
@@ -152,7 +152,7 @@ def test_every_machine_computes_the_main_ones_keys_and_joins_no_finished_trainin
     """Rank, address and port name no other training: a node finds the main machine's entries and its marker."""
     from tuneline.pipeline import keys
     from tuneline.pipeline.node import DATASET_STEP, train_on_node, training_inputs
-    from tuneline.training_contract import RUN_FILE
+    from tuneline.runtime.contract import RUN_FILE
 
     main = config(tmp_path, model_name_or_path=str(tiny_model_dir), **MACHINES)
     node = config(tmp_path, model_name_or_path=str(tiny_model_dir), **MACHINES, machine_rank=1, main_process_port=7000)

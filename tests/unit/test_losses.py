@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tuneline.losses import kto_loss, pairwise_loss
+from tuneline.objectives.losses import kto_loss, pairwise_loss
 
 # Two pairs: the first prefers chosen more than the reference does, the second less.
 POLICY_C, POLICY_R = [-4.0, -6.5], [-7.0, -5.0]

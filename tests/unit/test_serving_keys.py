@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from flows.cli import run
+from cli.main import run
 from tuneline.config.serving_keys import ServingArgs, split_serving_keys
 from tuneline.serving.source import ServedTarget
 

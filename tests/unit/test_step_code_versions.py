@@ -49,9 +49,9 @@ def test_editing_a_module_changes_the_keys_of_exactly_the_steps_that_import_it(p
 def test_what_each_step_reaches_includes_its_indirect_and_by_name_imports(package):
     evaluate = imported_modules(*STEP_ENTRIES["evaluate"], root=package)
     train = imported_modules(*STEP_ENTRIES["train"], root=package)
-    assert "tuneline.logps" in evaluate  # the evaluation loss's log-probs, imported by its scoring
-    assert "tuneline.losses" not in evaluate and "tuneline.train.sft" not in evaluate  # training's own code
-    assert "tuneline.export" not in train
+    assert "tuneline.objectives.logps" in evaluate  # the evaluation loss's log-probs, imported by its scoring
+    assert "tuneline.objectives.losses" not in evaluate and "tuneline.train.sft" not in evaluate  # training's own code
+    assert "tuneline.export.merge" not in train
     assert set(STAGE_MODULES.values()) <= set(train)  # each stage's module, loaded by name
     assert "tuneline.train" in train and "tuneline" in train  # the packages an import runs
 
@@ -66,7 +66,7 @@ def test_the_data_and_reference_versions_follow_their_imports_not_their_folders(
     reference = imported_modules(*STEP_ENTRIES["build-reference-model"], root=package)
     tokenizer = imported_modules(*STEP_ENTRIES["load-tokenizer"], root=package)
     assert "tuneline.model.tokenizer" in dataset and "tuneline.data.templates" in str(sorted(dataset))
-    assert "tuneline.logps" in reference and "tuneline.reference.compute" in reference
+    assert "tuneline.objectives.logps" in reference and "tuneline.reference.compute" in reference
     assert "tuneline.train.sft" not in dataset | reference | tokenizer
     assert "tuneline.model.tokenizer" in tokenizer and "tuneline.evaluation.run" not in tokenizer
     assert "tuneline.data.build" not in tokenizer and "tuneline.reference" not in tokenizer  # later steps' code

@@ -66,7 +66,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None,
                 check_paths: bool = True, more_checks: Callable[[RunConfig], list[str]] | None = None) -> RunConfig:
     """Parse, type and validate a config; raise ConfigError listing every problem, those `more_checks` finds
-    too (checks that need more than the config package knows, such as tuneline.preflight's)."""
+    too (checks that need more than the config package knows, such as tuneline.pipeline.preflight's)."""
     raw = read_yaml(path) if path else {}
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)

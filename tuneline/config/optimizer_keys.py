@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from tuneline.config.run_config import RunConfig
-from tuneline.deepspeed_setup import read_ds_config
+from tuneline.runtime.deepspeed_setup import read_ds_config
 
 OPTIMIZER_KEYS = ("use_galore", "use_apollo", "loraplus_lr_ratio", "use_badam", "use_adam_mini", "use_muon")
 # `optim` (LLaMA-Factory's base optimizer) -> transformers' GaLore / APOLLO optimizer of that kind.

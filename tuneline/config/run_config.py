@@ -10,7 +10,7 @@ from typing import Any
 from tuneline.config.args import DataArgs, FinetuningArgs, GeneratingArgs, ModelArgs, PipelineArgs
 from tuneline.config.grpo_keys import GrpoArgs
 from tuneline.config.ray_keys import RaySettings
-from tuneline.secrets import MASK, is_secret
+from tuneline.config.secrets import MASK, is_secret
 
 
 @dataclass

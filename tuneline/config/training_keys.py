@@ -138,7 +138,7 @@ LEGACY_TRAINING_KEYS: dict[str, str] = {
 }
 TRAINING_KEYS.update(LEGACY_TRAINING_KEYS)
 
-# Publishing keys: read by tuneline.publish, which uploads the final model and its card once, after the flow's
+# Publishing keys: read by tuneline.hub.publish, which uploads the final model and its card once, after the flow's
 # model-card step; never passed to the Trainer, which would push from inside training at every save.
 PUBLISH_KEYS = frozenset({"push_to_hub", "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy",
                           "hub_always_push", "hub_revision"})

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.config.run_config import RunConfig
+from tuneline.content.fingerprint import fingerprint
+from tuneline.content.step_cache import cached_step, entry_dir, is_complete, read_reference, set_aside_damaged
 from tuneline.data.cache_key import describe_changes, fingerprint_inputs, seed_of
 from tuneline.data.loader import bad_row_error, handle_bad_rows, load_examples, mix
 from tuneline.data.processors import CHECK_COLUMNS, TRUNCATED, Encoder
 from tuneline.data.readers import BadRow
 from tuneline.errors import DataError
-from tuneline.fingerprint import fingerprint
-from tuneline.step_cache import cached_step, entry_dir, is_complete, read_reference, set_aside_damaged
 
 STEP = "build-dataset"
 INPUTS_FILE = "fingerprint_inputs.json"

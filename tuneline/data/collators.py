@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tuneline.logps import MEDIA_INPUTS
+from tuneline.objectives.logps import MEDIA_INPUTS
 
 IGNORE = -100
 

@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.content.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.content.step_cache import cached_step
 from tuneline.identity import step_code_version
 from tuneline.model.fingerprint import model_fingerprint, reward_model_fingerprint
-from tuneline.step_cache import cached_step
 
 # Bump when a metric's meaning changes; edits to the evaluation sources also change keys (see code_version).
 EVAL_VERSION = "1"

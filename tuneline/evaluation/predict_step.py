@@ -13,10 +13,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tuneline.fingerprint import fingerprint
+from tuneline.content.fingerprint import fingerprint
+from tuneline.content.step_cache import cached_step, entry_dir, is_complete
 from tuneline.identity import step_code_version
-from tuneline.step_cache import cached_step, entry_dir, is_complete
-from tuneline.training_contract import PREDICTIONS_FILE
+from tuneline.runtime.contract import PREDICTIONS_FILE
 
 PREDICT_VERSION = "1"
 PREDICT_RESULTS = "predict_results.json"  # LLaMA-Factory's name for the metrics (trainer.save_metrics("predict"))

@@ -141,8 +141,8 @@ def policy_reward_step(ctx: EvalContext) -> dict[str, float]:
     """PPO's measure: the reward model's mean score of answers sampled (generating config, fixed seed) for the
     first eval_max_samples prompts; the trainer reports the same number before and after training."""
     from tuneline.data import build_collator
-    from tuneline.rewards import load_reward_model
-    from tuneline.rollouts import sampled_reward
+    from tuneline.objectives.rewards import load_reward_model
+    from tuneline.objectives.rollouts import sampled_reward
 
     ctx.tokenizer.padding_side = "left"
     reward_model = load_reward_model(ctx.config, ctx.tokenizer).to(next(ctx.model.parameters()).device).eval()

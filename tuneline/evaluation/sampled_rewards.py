@@ -50,7 +50,7 @@ def reward_means(funcs, names: list[str], weights: list[float] | None, prompts: 
 
 def reward_functions_step(ctx) -> dict[str, Any]:
     """`reward` (the weighted total) and `reward_<name>` per reward function, over eval_max_samples prompts."""
-    from tuneline.grpo_rewards import resolve_reward_funcs
+    from tuneline.objectives.grpo_rewards import resolve_reward_funcs
 
     config, tokenizer = ctx.config, ctx.tokenizer
     rows = ctx.data.select(range(min(config.pipeline.eval_max_samples, len(ctx.data))))

@@ -6,7 +6,7 @@ import bisect
 import math
 from collections.abc import Iterator, Sequence
 
-from tuneline.rewards import sequence_scores
+from tuneline.objectives.rewards import sequence_scores
 
 IGNORE_INDEX = -100
 # exp() of a loss above this overflows a float; such a model has no meaningful perplexity anyway.
@@ -44,7 +44,7 @@ def label_scores(model, input_ids: Sequence[Sequence[int]], labels: Sequence[Seq
     order; rows are batched by length. `row_inputs(rows, length, left)`: more forward inputs for those rows."""
     import torch
 
-    from tuneline.logps import label_logits
+    from tuneline.objectives.logps import label_logits
 
     device = next(model.parameters()).device
     by_length = sorted(range(len(input_ids)), key=lambda i: len(input_ids[i]))
@@ -96,7 +96,7 @@ def pairwise_metrics(chosen: Sequence[float], rejected: Sequence[float]) -> dict
 
 def sequence_rewards(model, input_ids: Sequence[Sequence[int]], pad_id: int, batch_size: int,
                      row_inputs=None) -> list[float]:
-    """One reward per row from a sequence scorer, read out as rm trains and PPO scores (`tuneline.rewards`).
+    """One reward per row from a sequence scorer, read out as rm trains and PPO scores (`tuneline.objectives.rewards`).
     `row_inputs` as in `label_scores`."""
     import torch
 

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from tuneline import __version__
-from tuneline.fingerprint import fingerprint
+from tuneline.content.fingerprint import fingerprint
 
 PACKAGE = "tuneline"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.config import RunConfig
-from tuneline.fingerprint import fingerprint, memo_dir
+from tuneline.content.fingerprint import fingerprint, memo_dir
 from tuneline.identity import step_code_version
 from tuneline.identity.settings import EVAL_ONLY, NOT_CONTENT, weight_neutral_keys
 from tuneline.model.fingerprint import reward_model_fingerprint

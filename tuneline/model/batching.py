@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from tuneline.config import RunConfig
 from tuneline.errors import UserError
 from tuneline.model.precision import trains_on_cpu
-from tuneline.requirements import attention_problem
+from tuneline.runtime.requirements import attention_problem
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from tuneline.config import RunConfig
 from tuneline.config.args import ModelArgs
 from tuneline.config.feature_keys import token_descriptions
 from tuneline.config.run_config import split_names
-from tuneline.fingerprint import FileHasher, fingerprint
-from tuneline.hub_revision import model_commit
+from tuneline.content.fingerprint import FileHasher, fingerprint
+from tuneline.hub.revision import model_commit
 
 WEIGHT_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json", "*.bin", "*.bin.index.json")
 REMOTE_CODE_PATTERNS = ("*.py",)

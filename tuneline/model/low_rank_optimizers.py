@@ -55,7 +55,7 @@ def target_modules(model, method: str, ft) -> list[str]:
 
 
 def _require(method: str) -> None:
-    from tuneline.requirements import installed
+    from tuneline.runtime.requirements import installed
 
     module, extra = PACKAGES[method]
     if not installed(module):

@@ -10,7 +10,7 @@ import os
 
 from tuneline.config import RunConfig
 from tuneline.errors import ConfigError, UserError
-from tuneline.requirements import quantization_problem
+from tuneline.runtime.requirements import quantization_problem
 
 PRECISION_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 INFER_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}

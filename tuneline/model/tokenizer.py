@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config.args import ModelArgs
-from tuneline.fingerprint import FileHasher, fingerprint
-from tuneline.hub_revision import model_commit
+from tuneline.content.fingerprint import FileHasher, fingerprint
+from tuneline.hub.revision import model_commit
 from tuneline.model.new_tokens import add_new_tokens, special_tokens
 
 # Files that decide how text and images become ids; weights are deliberately not among them.

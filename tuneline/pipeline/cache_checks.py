@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tuneline.config import RunConfig
-from tuneline.step_cache import entry_dir, is_complete
+from tuneline.content.step_cache import entry_dir, is_complete
 
 
 def dataset_complete(config: RunConfig, key: str) -> bool:

@@ -3,7 +3,7 @@ each holding its step's code version from tuneline.identity), and the flow's one
 tuneline.identity.keys computes."""
 
 from tuneline.config import RunConfig
-from tuneline.fingerprint import fingerprint
+from tuneline.content.fingerprint import fingerprint
 from tuneline.identity.keys import (
     base_model_key,
     model_card_key,

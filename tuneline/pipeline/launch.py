@@ -4,7 +4,7 @@ One process on CPU (or `num_processes` CPU processes over gloo), one per GPU wit
 accelerate config file says (FSDP) from `accelerate_config`; with `num_machines` above 1, the same on each machine,
 meeting at `main_process_ip` (tuneline.pipeline.node launches the machines other than the main one). DeepSpeed comes from `deepspeed`
 (a ds_config JSON): accelerate's DeepSpeed launcher starts the processes and transformers sets DeepSpeed up inside
-the child (tuneline.deepspeed_setup says what else it takes, on CPU too).
+the child (tuneline.runtime.deepspeed_setup says what else it takes, on CPU too).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from tuneline.deepspeed_setup import launch_environment
-from tuneline.devices import gpu_count
 from tuneline.errors import UserError
-from tuneline.fp8_launch import fp8_launch_flags
-from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
+from tuneline.runtime.contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
+from tuneline.runtime.deepspeed_setup import launch_environment
+from tuneline.runtime.devices import gpu_count
+from tuneline.runtime.fp8_launch import fp8_launch_flags
 
 TAIL_LINES = 40
 ACCELERATE_LAUNCH = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch"]  # `accelerate launch`

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tuneline.config import RunConfig, dump_config
+from tuneline.content.step_cache import entry_dir, read_reference
 from tuneline.errors import UserError
 from tuneline.pipeline import keys
 from tuneline.pipeline.launch import launch_command, run_streaming
-from tuneline.step_cache import entry_dir, read_reference
-from tuneline.training_contract import RUN_FILE, training_complete
+from tuneline.runtime.contract import RUN_FILE, training_complete
 
 DATASET_STEP, REFERENCE_STEP = "build-dataset", "build-reference-model"  # the folders tasks/ caches them in
 POLL_S = 2.0

@@ -1,5 +1,5 @@
 """The model-card step's publishing, from the flow's side: the files the run logged to MLflow as its model, with
-the card as README.md, to the Hugging Face Hub (tuneline.publish talks to the hub), and the result as run tags."""
+the card as README.md, to the Hugging Face Hub (tuneline.hub.publish talks to the hub), and the result as run tags."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tuneline import tracking
 from tuneline.config import RunConfig
+from tuneline.hub.publish import publish_folder
 from tuneline.pipeline.record import final_model_files
-from tuneline.publish import publish_folder
 from tuneline.report.image_answers import GALLERY_DIR
 
 REPO_TAG = "tuneline.hub_repo"  # the repo's URL

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from tuneline.config.ray_keys import RaySettings
 from tuneline.errors import UserError
-from tuneline.ray_cluster import refuse_unreachable, unreachable
-from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
+from tuneline.runtime.contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
+from tuneline.runtime.ray_cluster import refuse_unreachable, unreachable
 
 CHILD_FAILED = "[tuneline child exit "  # how a worker's failure names its child's exit code and error line
 CHILD_FAILURE = re.compile(re.escape(CHILD_FAILED) + r"(-?\d+)\] (.*?)(?:\nTraceback|\Z)", re.S)
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # the flow's log shows the workers' lines as text, not colours
     try:
         from tuneline.config import load_config
-        from tuneline.devices import gpu_count
+        from tuneline.runtime.devices import gpu_count
 
         config = load_config(args.config, check_paths=False)
         settings = RaySettings.from_json(args.ray)

@@ -18,7 +18,7 @@ from tuneline.config import RunConfig
 from tuneline.config.args import ADAPTER_TYPES
 from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, PREDICT_RESULTS, not_evaluated
 from tuneline.pipeline import keys
-from tuneline.training_contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
+from tuneline.runtime.contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def serving_config(config: RunConfig) -> dict:
     """The run's config as the logged model's `model_config`. Secrets are left out; local model paths are made
     absolute, so the base of an adapter is found from any folder on this machine."""
     from tuneline.config.run_config import split_names
-    from tuneline.secrets import is_secret
+    from tuneline.config.secrets import is_secret
 
     values = {key: value for key, value in config.flat().items() if not (value and is_secret(key))}
     for key in ("model_name_or_path", "adapter_name_or_path"):

@@ -21,13 +21,13 @@ import yaml
 
 from tuneline.config import RunConfig
 from tuneline.config.loader import ALL_KEYS
+from tuneline.config.secrets import is_secret
+from tuneline.content.fingerprint import fingerprint
 from tuneline.errors import ConfigError, UserError, did_you_mean
 from tuneline.evaluation.metric_names import metric_problems
-from tuneline.fingerprint import fingerprint
 from tuneline.identity.settings import NOT_CONTENT
 from tuneline.pipeline import keys
-from tuneline.preflight import checked_config
-from tuneline.secrets import is_secret
+from tuneline.pipeline.preflight import checked_config
 
 GRID_HELP = (
     "KEY=V1,V2,... : the values of one config key (typed as in YAML; KEY=[a, \"b,c\"] for values with commas); "

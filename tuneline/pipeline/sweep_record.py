@@ -13,8 +13,8 @@ from typing import Any
 
 from tuneline import tracking
 from tuneline.config import RunConfig
+from tuneline.content.fingerprint import fingerprint
 from tuneline.evaluation.metric_names import TRAIN_METRICS
-from tuneline.fingerprint import fingerprint
 from tuneline.pipeline import keys, record
 from tuneline.pipeline.sweep_grid import SweepPoint
 

@@ -4,7 +4,7 @@ The parent writes the resolved config into output_dir and prepares the child's c
 environment (the child logs its own step metrics there); the task runs it (tuneline.pipeline.launch.run_streaming),
 forwarding its lines and its progress, so that between the task and the child only the streaming runs; after a
 clean exit the result is read from run.json, whose `status: complete` the child set: the one completion marker
-(tuneline.training_contract), written by the child alone. A killed start leaves the status `running`, so the next
+(tuneline.runtime.contract), written by the child alone. A killed start leaves the status `running`, so the next
 start launches again and the child resumes from its checkpoint.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 from tuneline.config import RunConfig, dump_config
 from tuneline.pipeline.follow_log import TrainerLogReader
 from tuneline.pipeline.launch import TrainingFailed, launch_command
-from tuneline.training_contract import (
+from tuneline.runtime.contract import (
     COMPLETE,
     ERROR_PREFIX,
     LOG_FILE,

@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuneline.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.content.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.content.step_cache import cached_step
 from tuneline.identity import step_code_version
-from tuneline.losses import REFERENCE_FREE
+from tuneline.objectives.losses import REFERENCE_FREE
 from tuneline.reference.compute import REF_COLUMNS, TOKEN_COLUMNS
 from tuneline.reference.rows import visit_plan, visited_rows
 from tuneline.reference.source import load_reference_model, reference_config, reference_source, rows_key
 from tuneline.reference.store import RowStore, row_digests, with_media
-from tuneline.step_cache import cached_step
 
 __all__ = ["REF_COLUMNS", "STEP", "TOKEN_COLUMNS", "build_reference_logps", "load_reference_model",
            "needs_reference", "not_needed_reason", "reference_config", "reference_fingerprint", "reference_source",

@@ -104,8 +104,8 @@ def split_rows(model, context, dataset, rows: list[int], config, tokenizer, batc
     `media`: a collator whose `media_inputs` give each sequence its row's images (decoded here)."""
     import torch
 
-    from tuneline.logps import IGNORE_INDEX, pad_right, sequence_logps
     from tuneline.model.precision import PRECISION_DTYPES, training_precision
+    from tuneline.objectives.logps import IGNORE_INDEX, pad_right, sequence_logps
 
     columns = SEQUENCES[config.stage]
     device = next(model.parameters()).device

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuneline.devices import gpu_count
+from tuneline.runtime.devices import gpu_count
 
 EVERY_ROW: dict[str, Any] = {"rows": "all"}
 # transformers' TrainingArguments defaults for the keys the plan reads.

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.config.args import ADAPTER_TYPES
+from tuneline.content.fingerprint import FileHasher, fingerprint
 from tuneline.data.mm.run_media import MEDIA_SETTINGS
-from tuneline.devices import gpu_count
-from tuneline.fingerprint import FileHasher, fingerprint
 from tuneline.identity.code import code_version
+from tuneline.runtime.devices import gpu_count
 
 # Files at the top of a model or adapter folder that decide its outputs (checkpoint-*/ folders are ignored).
 _MODEL_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".model", ".gguf")

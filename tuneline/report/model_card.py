@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from tuneline.config.args import ADAPTER_TYPES, GROUPS
+from tuneline.config.secrets import MASK, is_secret
 from tuneline.config.training_keys import TRAINING_DEFAULTS
-from tuneline.secrets import MASK, is_secret
 
 FRAMEWORKS = ("tuneline", "torch", "transformers", "peft", "accelerate", "datasets", "tokenizers",
               "mlflow", "prefect")

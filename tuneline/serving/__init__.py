@@ -1,2 +1,3 @@
-"""`tuneline api`: a trained model served to OpenAI clients, answering through its training template
-(`tuneline.chat.Chat`), with LLaMA-Factory's tool formats read back as `tool_calls`."""
+"""What answers with a trained model, always through the template it was trained on: `tuneline chat` (chat.py),
+`tuneline api`, an OpenAI-compatible server (app, engine, openai_request, server, source), and the MLflow model that
+`mlflow models serve` runs for a registered version (mlflow_model.py)."""

@@ -1,6 +1,6 @@
 """An OpenAI chat-completion request read into what `Chat.prepare` takes, and errors as OpenAI writes them.
 
-Messages keep OpenAI's roles until `tuneline.serving_model.conversation` maps them to the template's (an assistant's
+Messages keep OpenAI's roles until `tuneline.serving.mlflow_model.conversation` maps them to the template's (an assistant's
 `tool_calls` become a function message, a `tool` message an observation), as the MLflow model reads them. Content
 given as parts keeps its order: an image part becomes an `<image>` placeholder where it stands, its picture read by
 the same reader as `tuneline chat --image` (base64 or a data URI, or a path inside SAFE_MEDIA_PATH; never a URL)."""
@@ -47,7 +47,7 @@ class ChatRequest:
 
 def read_request(body, model_id: str) -> ChatRequest:
     """The request, or ApiError naming the field that is wrong (404 for a model this server does not serve)."""
-    from tuneline.serving_model import conversation
+    from tuneline.serving.mlflow_model import conversation
 
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
@@ -92,7 +92,7 @@ def _flat_message(message: dict, index: int, images: list) -> dict:
 
 def _image(image_url, where: str):
     from tuneline.data.mm.request_images import read_image
-    from tuneline.serving_model import request_paths
+    from tuneline.serving.mlflow_model import request_paths
 
     url = image_url.get("url") if isinstance(image_url, dict) else image_url
     try:

@@ -1,6 +1,6 @@
 """What `tuneline api TARGET` serves: a training config's trained model, a registered MLflow version
 (`models:/NAME@ALIAS`, read at start, so a retrain that moves the alias is served by the next start) or an exported
-folder. Each becomes the same `tuneline.chat.Chat`, so answers are `tuneline chat`'s and the MLflow model's."""
+folder. Each becomes the same `tuneline.serving.chat.Chat`, so answers are `tuneline chat`'s and the MLflow model's."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def read_target(target: str, overrides: list[str]) -> ServedTarget:
 def _export_keys(folder: Path) -> dict:
     """An exported folder as a config: the folder is the model; its template is the one its export recorded, else
     the tokenizer's own chat template (which an export writes to render as the model trained)."""
-    from tuneline.export import EXPORT_RECORD
+    from tuneline.export.merge import EXPORT_RECORD
 
     if not (folder / "config.json").is_file():
         raise UserError(f"'{folder}' holds no model (no config.json): name a `tuneline export` folder, a config or "
@@ -74,8 +74,8 @@ def _export_keys(folder: Path) -> dict:
 
 def load_chat(served: ServedTarget, scratch: Path):
     """The `Chat` that answers, loaded (the slow part: the model)."""
-    from tuneline.chat import Chat
     from tuneline.config import load_config
+    from tuneline.serving.chat import Chat
 
     if served.kind == "registered":
         from tuneline.tracking.served_model import load_served_model

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tuneline.secrets import MASK, is_secret
+from tuneline.config.secrets import MASK, is_secret
 from tuneline.tracking.runs import BATCH_TAGS, MAX_KEY, _chunks, _set_tags
 from tuneline.tracking.store import client_for, uri_for
 

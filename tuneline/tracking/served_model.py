@@ -1,4 +1,4 @@
-"""The final model as an MLflow pyfunc model whose loader is `tuneline.serving_model` (named, never imported here).
+"""The final model as an MLflow pyfunc model whose loader is `tuneline.serving.mlflow_model` (named, never imported here).
 
 Logging loads nothing: the signature is declared and the requirements listed rather than inferred (MLflow infers
 them by loading the model in a subprocess)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-LOADER_MODULE = "tuneline.serving_model"
+LOADER_MODULE = "tuneline.serving.mlflow_model"
 INPUT_EXAMPLE = {"messages": [{"role": "user", "content": "Hello!"}]}
 PYFUNC = "python_function"
 
@@ -56,7 +56,7 @@ def model_files(root: Path) -> Path:
 
 
 def load_served_model(model_uri: str, model_config: dict | None = None):
-    """The `tuneline.chat.Chat` of a registered version (`models:/NAME@ALIAS`), loaded by MLflow's own pyfunc loader as
+    """The `tuneline.serving.chat.Chat` of a registered version (`models:/NAME@ALIAS`), loaded by MLflow's own pyfunc loader as
     `mlflow models serve` loads it; a version or registry that is not there is one UserError."""
     import mlflow
 

@@ -5,7 +5,7 @@
 PATH is the processed dataset folder (or a JSON file holding the reference `build_dataset` returned); without
 it the dataset is built (or found in the step cache) here. Process 0 locks output_dir, decides whether to resume
 (see output_dir.py) and writes run.json; every process then trains from the same checkpoint. Environment (names
-in tuneline.training_contract): TUNELINE_TRAIN_KEY (the train step's key; computed here when absent),
+in tuneline.runtime.contract): TUNELINE_TRAIN_KEY (the train step's key; computed here when absent),
 TUNELINE_RESUME_KEY (what a checkpoint can be resumed across, see output_dir.py),
 MLFLOW_RUN_ID + MLFLOW_TRACKING_URI (log step metrics into that run), TUNELINE_DIE_WITH_PARENT=1 (exit when the
 launching process dies). Exit code 2 with a one-line `tuneline: error:` message for anything the user can fix.
@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tuneline.errors import UserError
-from tuneline.training_contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, RESUME_KEY_ENV, TRAIN_KEY_ENV
-from tuneline.training_contract import die_with_parent as arm_die_with_parent
+from tuneline.runtime.contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, RESUME_KEY_ENV, TRAIN_KEY_ENV
+from tuneline.runtime.contract import die_with_parent as arm_die_with_parent
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,8 +57,8 @@ def dataset_reference(config, path: str | None) -> dict:
 def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
     """Process 0 locks output_dir and decides the resume point; the others read it from run.json."""
     from tuneline.identity.keys import standalone_key
+    from tuneline.runtime.contract import read_run_file
     from tuneline.train.output_dir import prepare_output_dir
-    from tuneline.training_contract import read_run_file
 
     lock = None
     if is_main:
@@ -108,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     from accelerate import PartialState  # after die_with_parent: a parent lost during these imports ends this too
 
     from tuneline.config import load_config
-    from tuneline.deepspeed_setup import share_process_group
+    from tuneline.runtime.contract import COMPLETE, write_run_file
+    from tuneline.runtime.deepspeed_setup import share_process_group
     from tuneline.train import stage_runner
     from tuneline.train.training_args import build_training_args
-    from tuneline.training_contract import COMPLETE, write_run_file
 
     with user_errors_end_the_process():
         config = load_config(args.config)

@@ -11,8 +11,8 @@ from typing import Any
 
 from transformers import EarlyStoppingCallback, TrainerCallback
 
+from tuneline.runtime.contract import LOG_FILE, METRICS_SPOOL_DIR
 from tuneline.train.trainer_log import finite_numbers, log_record, logged_metrics, read_log, truncate_log
-from tuneline.training_contract import LOG_FILE, METRICS_SPOOL_DIR
 
 
 class TrainerLogCallback(TrainerCallback):

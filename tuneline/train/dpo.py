@@ -7,7 +7,7 @@ Why our own `Trainer` subclass rather than trl's `DPOTrainer`: trl 1.16 tokenize
 (`prompt_ids`/`chosen_ids` columns), has no ORPO or SimPO loss, and precomputes reference log-probs inside
 its constructor keyed by an in-memory hash. Our data arrives already tokenized with labels masking the
 prompt, and reference log-probs come from the cached `build-reference-model` step; the losses are the pure
-functions in `tuneline.losses`. What remains here is a forward pass and metric bookkeeping.
+functions in `tuneline.objectives.losses`. What remains here is a forward pass and metric bookkeeping.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from functools import partial
 from typing import Any
 
 from tuneline.errors import UserError
-from tuneline.logps import pair_logps
-from tuneline.losses import LENGTH_NORMALISED, REFERENCE_FREE, pairwise_loss
+from tuneline.objectives.logps import pair_logps
+from tuneline.objectives.losses import LENGTH_NORMALISED, REFERENCE_FREE, pairwise_loss
 from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
@@ -127,7 +127,7 @@ def reward_metrics(out, chosen_logps, rejected_logps) -> dict[str, float]:
 
 
 class DPOTrainer(PreferenceTrainer):
-    """Pairwise losses from `tuneline.losses`, plus `pref_ftx` times the chosen side's mean NLL."""
+    """Pairwise losses from `tuneline.objectives.losses`, plus `pref_ftx` times the chosen side's mean NLL."""
 
     ref_columns = REF_COLUMNS
 

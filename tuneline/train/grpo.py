@@ -71,9 +71,9 @@ def run(config, dataset_ref: dict, extra_callbacks: list) -> dict[str, Any]:
     from transformers import set_seed
 
     from tuneline.data import load_processed
-    from tuneline.grpo_rewards import resolve_reward_funcs
     from tuneline.model.loader import load_model
     from tuneline.model.tokenizer import load_tokenizer
+    from tuneline.objectives.grpo_rewards import resolve_reward_funcs
     from tuneline.train.callbacks import build_callbacks
 
     args = grpo_training_args(config)

@@ -10,15 +10,15 @@ come precomputed (`ref_logps`, `ref_kl_logps`) or from a live reference, exactly
 
 from __future__ import annotations
 
-from tuneline.logps import completion_logps
-from tuneline.losses import kto_loss
+from tuneline.objectives.logps import completion_logps
+from tuneline.objectives.losses import kto_loss
 from tuneline.train.dpo import PreferenceTrainer, preference_stage, reward_metrics
 
 REF_COLUMNS = ("ref_logps", "ref_kl_logps")
 
 
 class KTOTrainer(PreferenceTrainer):
-    """KTO loss from `tuneline.losses.kto_loss`, plus `pref_ftx` times the desirable rows' mean NLL."""
+    """KTO loss from `tuneline.objectives.losses.kto_loss`, plus `pref_ftx` times the desirable rows' mean NLL."""
 
     ref_columns = REF_COLUMNS
 

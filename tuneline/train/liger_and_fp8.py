@@ -1,10 +1,10 @@
 """liger-kernel (`enable_liger_kernel`) and FP8 training (`fp8`, `fp8_backend`, `fp8_enable_fsdp_float8_all_gather`),
 both handed to the libraries that own them through their public switches: transformers' `use_liger_kernel` (the
 Trainer patches the model instance with liger's kernels for its model type) and accelerate's launcher
-(`accelerate launch --mixed_precision fp8 --fp8_backend ...`, tuneline.fp8_launch; the Trainer's Accelerator reads
+(`accelerate launch --mixed_precision fp8 --fp8_backend ...`, tuneline.runtime.fp8_launch; the Trainer's Accelerator reads
 the environment it sets).
 
-Both need a CUDA GPU; tuneline.requirements refuses them before a run starts where there is none."""
+Both need a CUDA GPU; tuneline.runtime.requirements refuses them before a run starts where there is none."""
 
 from __future__ import annotations
 

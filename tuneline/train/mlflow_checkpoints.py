@@ -14,9 +14,9 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from tuneline.errors import UserError
+from tuneline.runtime.contract import LOG_FILE
 from tuneline.train.checkpoints import TRAINER_STATE, checkpoint_step, is_complete, last_complete_checkpoint
 from tuneline.train.trainer_log import rebuild_log
-from tuneline.training_contract import LOG_FILE
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def _mlflow_target() -> tuple[str | None, str | None]:
 
 def _run_keys(output_dir: str | Path) -> dict[str, str | None]:
     """The train and resume keys run.json holds (None where it has none)."""
-    from tuneline.training_contract import read_run_file
+    from tuneline.runtime.contract import read_run_file
 
     found = read_run_file(output_dir) or {}
     return {"train_key": found.get("train_key"), "resume_key": found.get("resume_key")}
@@ -116,7 +116,7 @@ def restore_checkpoint_from_mlflow(config, output_dir: str | Path) -> Path | Non
 def restore_into_run_file(config) -> Path | None:
     """The launcher's hook, on the main process when output_dir has no local checkpoint: restore into it and record
     the resume point in run.json."""
-    from tuneline.training_contract import write_run_file
+    from tuneline.runtime.contract import write_run_file
 
     restored = restore_checkpoint_from_mlflow(config, config.output_dir)
     if restored is not None:

@@ -18,8 +18,7 @@ from typing import Any
 
 from tuneline.errors import UserError
 from tuneline.identity.settings import COSMETIC_KEYS, EVAL_SCHEDULE_KEYS
-from tuneline.train.checkpoints import TRAINER_STATE, checkpoint_step, clear_staging, complete_checkpoints, is_complete
-from tuneline.training_contract import (
+from tuneline.runtime.contract import (
     SUPERSEDED,
     OutputDirLock,
     changed_settings,
@@ -31,6 +30,7 @@ from tuneline.training_contract import (
     set_aside,
     write_run_file,
 )
+from tuneline.train.checkpoints import TRAINER_STATE, checkpoint_step, clear_staging, complete_checkpoints, is_complete
 
 log = logging.getLogger(__name__)
 

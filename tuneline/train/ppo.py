@@ -12,7 +12,7 @@ into per-token rewards, estimate advantages with GAE, then `ppo_epochs` passes o
 losses over mini-batches of `per_device_train_batch_size * gradient_accumulation_steps` (accumulated in
 micro-batches). The arithmetic lives in `ppo_core` (pure functions), the value head and reference in
 `ppo_models`, and what the evaluation shares (the reward model, its scores, the seeded sampling) in
-`tuneline.rewards`.
+`tuneline.objectives.rewards`.
 The processes are `accelerate.Accelerator`'s. With several (GPUs, or `num_processes`) it is data parallel: each
 samples its share of the prompts, the score normalisation, whitening and KL statistics are taken over all
 processes' answers (`gather`, `reduce`), and gradients are averaged by the DistributedDataParallel `prepare` wraps
@@ -34,8 +34,8 @@ import torch
 
 from tuneline.errors import UserError
 from tuneline.model.optimizers import loop_optimizer
-from tuneline.rewards import load_reward_model, sequence_scores
-from tuneline.rollouts import sample_answers, sampled_reward
+from tuneline.objectives.rewards import load_reward_model, sequence_scores
+from tuneline.objectives.rollouts import sample_answers, sampled_reward
 from tuneline.train import ppo_core
 from tuneline.train.ppo_models import ValueHead, load_policy, load_reference, save_policy
 from tuneline.train.ppo_schedule import PPOSchedule, loader_settings, lr_scheduler, prompt_batches

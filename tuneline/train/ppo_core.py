@@ -2,7 +2,7 @@
 and value losses, and the adaptive KL coefficient. No model and no trainer state, so each is tested alone.
 
 Shapes: [batch, response_length] with `mask` 1 on real response tokens (up to and including eos), 0 after
-(`tuneline.rewards.response_mask`, shared with the evaluation's sampling).
+(`tuneline.objectives.rewards.response_mask`, shared with the evaluation's sampling).
 """
 
 from __future__ import annotations

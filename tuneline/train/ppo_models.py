@@ -1,6 +1,6 @@
 """The models PPO needs beside the policy: a value head on the policy's last hidden state and the frozen
 reference; and the files the policy and its value head are saved in (output_dir and checkpoints). The reward model
-loads through `tuneline.rewards`, which the evaluation shares.
+loads through `tuneline.objectives.rewards`, which the evaluation shares.
 """
 
 from __future__ import annotations

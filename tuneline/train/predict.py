@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.evaluation.prediction import predict_rows, write_predictions
-from tuneline.training_contract import PREDICTIONS_FILE
+from tuneline.runtime.contract import PREDICTIONS_FILE
 
 
 def predict_with_generate(trainer, config, dataset, tokenizer) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """Reward modelling: a one-output scorer trained on pairs with -logsigmoid(r_chosen - r_rejected), the score
-read at each sequence's last non-padding token (`tuneline.rewards.sequence_scores`, the read-out PPO and the
+read at each sequence's last non-padding token (`tuneline.objectives.rewards.sequence_scores`, the read-out PPO and the
 evaluation use too); evaluation reports pairwise accuracy.
 
 Run: `python -m tuneline.train examples/rm_lora.yaml`.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from tuneline.logps import MEDIA_INPUTS
-from tuneline.rewards import sequence_scores
+from tuneline.objectives.logps import MEDIA_INPUTS
+from tuneline.objectives.rewards import sequence_scores
 from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
 
 

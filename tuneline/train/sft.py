@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 
-from tuneline.logps import projects_selected_positions
+from tuneline.objectives.logps import projects_selected_positions
 from tuneline.train.predict import predict_with_generate
 from tuneline.train.trainer_base import StageSpec, TunelineTrainer, run_stage
 
@@ -48,7 +48,7 @@ def sft_metrics(config, tokenizer):
 class SFTTrainer(TunelineTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from tuneline import losses
+        from tuneline.objectives import losses
 
         ft, self.asft_reference = self.finetuning_args, None
         if getattr(ft, "use_dft_loss", False):
@@ -75,7 +75,7 @@ class SFTTrainer(TunelineTrainer):
         """ASFT: the model's and the frozen copy's logits on the same batch, into `asft_loss`."""
         import torch
 
-        from tuneline.losses import asft_loss
+        from tuneline.objectives.losses import asft_loss
 
         model_inputs = {key: value for key, value in inputs.items() if key != "labels"}
         with torch.no_grad():

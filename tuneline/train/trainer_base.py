@@ -289,7 +289,7 @@ def speak_trained_template(config, tokenizer, processor=None) -> None:
     """The tokenizer (and processor) saved into output_dir and every checkpoint carry the training template as their
     chat_template, as an export does: users load and serve those folders directly, and a server formats prompts with
     the chat_template alone. Set once the data is built and the model loaded; nothing in training reads it."""
-    from tuneline.export_chat import prepare_chat
+    from tuneline.export.chat_template import prepare_chat
 
     prepare_chat(config, tokenizer, processor)
 

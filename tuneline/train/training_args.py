@@ -26,7 +26,7 @@ LEGACY_TRANSLATIONS = {
     "evaluation_strategy": lambda v: {"eval_strategy": v} if v is not None else {},
     "warmup_ratio": lambda v: {"warmup_steps": float(v)} if v else {},  # a float < 1 is read as a ratio
 }
-# Keys tuneline owns or passes elsewhere: resume goes to trainer.train(); the hub keys to tuneline.publish, after the
+# Keys tuneline owns or passes elsewhere: resume goes to trainer.train(); the hub keys to tuneline.hub.publish, after the
 # model card (a Trainer given push_to_hub creates the repo when built and uploads from inside training at each save).
 NOT_ARGUMENTS = frozenset({"resume_from_checkpoint", *PUBLISH_KEYS})
 

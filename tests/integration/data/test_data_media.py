@@ -336,7 +336,7 @@ def test_videos_on_a_model_that_reads_images_only_are_refused_before_encoding(me
 def test_tuneline_validate_refuses_a_video_dataset_for_a_template_without_videos(media_data_dir, tiny_vlm, tmp_path,
                                                                                  capsys, monkeypatch):
     """Said before anything starts, from dataset_info.json alone: the build would decode every video first."""
-    from flows.cli import run
+    from cli.main import run
 
     config = tmp_path / "video.yaml"
     for template, code in (("llava", 2), ("gemma3", 2), ("qwen2_vl", None)):

@@ -83,7 +83,7 @@ def _validate(tmp_path, model, template, *extra: str, command: str = "validate")
     config = tmp_path / "c.yaml"
     config.write_text(f"model_name_or_path: {model}\ndataset: demo_sft\ndataset_dir: {REPO / 'data'}\n"
                       f"template: {template}\noutput_dir: {tmp_path / 'out'}\n" + "".join(f"{e}\n" for e in extra))
-    return subprocess.run([sys.executable, "-m", "flows.cli", command, str(config)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", command, str(config)], capture_output=True,
                           text=True, timeout=120)
 
 

@@ -137,7 +137,7 @@ def test_badam_across_processes_is_refused_before_anything_starts(make_config, t
     """badam runs in one process, or in several under DeepSpeed ZeRO-3 (layer mode): refused when the config plans
     processes (`num_processes`), when the launcher would start one per GPU, and in a training process of a
     launch with several (WORLD_SIZE), before the model loads."""
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -11,9 +11,9 @@ import pytest
 
 from tests.support.training import make_config, make_splits
 from tuneline.errors import UserError
+from tuneline.runtime.contract import LockHeld, OutputDirLock, read_run_file
 from tuneline.train.checkpoints import complete_checkpoints, last_complete_checkpoint
 from tuneline.train.output_dir import decide_resume, prepare_output_dir
-from tuneline.training_contract import LockHeld, OutputDirLock, read_run_file
 
 
 def test_checkpoints_rotate_and_hold_everything_to_resume(tiny_model_dir, tokenizer, tmp_path):
@@ -90,7 +90,7 @@ def test_explicit_resume_path_must_be_a_complete_checkpoint(tmp_path):
 
 def test_second_trainer_gets_an_error_naming_the_lock_holder(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from tuneline.training_contract import OutputDirLock; "
+        [sys.executable, "-c", "import sys, time; from tuneline.runtime.contract import OutputDirLock; "
          f"lock = OutputDirLock({str(tmp_path)!r}); print('locked', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:

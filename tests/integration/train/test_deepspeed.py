@@ -74,7 +74,7 @@ def trained(tiny_model_dir, tmp_path_factory) -> dict:
 def test_zero_follows_the_plain_loss_curve(ds_config, processes, trained):
     from safetensors.torch import load_file
 
-    from tuneline.training_contract import read_run_file
+    from tuneline.runtime.contract import read_run_file
 
     plain_run, out = trained["plain"], trained[f"{ds_config}-{processes}"]
     for run in (plain_run, out):
@@ -116,7 +116,7 @@ def test_the_launch_command_starts_deepspeed_for_cpu_and_gpus(tiny_model_dir, tm
 @pytest.mark.parametrize("name", ["ds_z0_config.json", "ds_z2_config.json", "ds_z2_offload_config.json",
                                   "ds_z3_config.json", "ds_z3_offload_config.json"])
 def test_llamafactorys_deepspeed_configs_pass_the_checks(name):
-    from tuneline.deepspeed_setup import deepspeed_problems
+    from tuneline.runtime.deepspeed_setup import deepspeed_problems
 
     assert deepspeed_problems(str(DS_CONFIGS / name)) == []
 
@@ -131,7 +131,7 @@ def test_llamafactorys_deepspeed_configs_pass_the_checks(name):
 ])
 def test_a_ds_config_that_cannot_run_is_a_config_error(tiny_model_dir, tmp_path, content, expected):
     from tuneline.errors import ConfigError
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     path = tmp_path / "ds.json"
     if content is not None:
@@ -144,7 +144,7 @@ def test_a_ds_config_that_cannot_run_is_a_config_error(tiny_model_dir, tmp_path,
 def test_deepspeed_missing_is_a_config_error(tiny_model_dir, tmp_path, monkeypatch):
     """A None in sys.modules is Python's own way of making a package unimportable (find_spec answers None)."""
     from tuneline.errors import ConfigError
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     ds = str(DS_CONFIGS / "ds_z2_config.json")
     monkeypatch.setitem(sys.modules, "deepspeed", None)
@@ -159,7 +159,7 @@ def test_a_deepspeed_that_cannot_start_ends_the_command_with_one_message(tiny_mo
     config = write_config(tmp_path / "c.yaml", tiny_model_dir, tmp_path / "out",
                           deepspeed=str(DS_CONFIGS / "ds_z2_config.json"))
     env = {**os.environ, "DS_ACCELERATOR": "npu", "CUDA_VISIBLE_DEVICES": ""}
-    out = subprocess.run([sys.executable, "-m", "flows.cli", "train", str(config)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "cli.main", "train", str(config)], capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert f"'deepspeed: {DS_CONFIGS / 'ds_z2_config.json'}' needs DeepSpeed to set up its accelerator, and it " \

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.training import make_config, write_config
+from tuneline.runtime.contract import read_run_file
 from tuneline.train.checkpoints import checkpoint_step, complete_checkpoints
-from tuneline.training_contract import read_run_file
 
 RESUME_SETTINGS = {"finetuning_type": "lora", "lora_rank": 4, "lora_dropout": 0.1, "learning_rate": 1e-2,
                    "lr_scheduler_type": "linear", "warmup_steps": 2, "max_steps": 10, "save_steps": 2,

@@ -87,7 +87,7 @@ def test_prompts_are_the_template_rendering_and_the_last_answer_is_the_solution(
 
 def test_every_reward_and_grpo_key_problem_is_refused_before_training_at_once(tiny_model_dir, tmp_path,
                                                                              rewards_file):
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     bad = {**config_values(tiny_model_dir, tmp_path / "out", **GRPO), "use_vllm": True,
            "reward_funcs": ["think_formt", f"{rewards_file}:nope", f"{rewards_file}:no_kwargs",
@@ -112,7 +112,7 @@ def test_every_reward_and_grpo_key_problem_is_refused_before_training_at_once(ti
                                           "grpo'"):
         checked_config(None, sft)
     # the command a user runs: exit 2, one message, no traceback
-    done = subprocess.run([sys.executable, "-m", "flows.cli", "validate", str(path)], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "cli.main", "validate", str(path)], capture_output=True,
                           text=True, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert done.returncode == 2 and "Traceback" not in done.stderr and "think_formt" in done.stderr
 
@@ -197,8 +197,8 @@ def step_logs(output_dir: Path) -> dict[int, dict]:
 def test_a_killed_grpo_run_resumes_to_the_uninterrupted_runs_weights(tiny_model_dir, tmp_path, rewards_file):
     from safetensors.torch import load_file
 
+    from tuneline.runtime.contract import read_run_file
     from tuneline.train.checkpoints import checkpoint_step, complete_checkpoints
-    from tuneline.training_contract import read_run_file
 
     settings = {**RESUME, "reward_funcs": [f"{rewards_file}:letter_share"],
                 "pipeline_cache_dir": str(tmp_path / "cache")}

@@ -13,11 +13,11 @@ import torch
 
 from tests.support.training import grad_enabled_per_forward, nudge, preference_trainer
 from tuneline.config import load_config
+from tuneline.content.step_cache import cached_step
 from tuneline.data import build_dataset, load_processed
-from tuneline.logps import completion_logps
 from tuneline.model import load_model, load_tokenizer
+from tuneline.objectives.logps import completion_logps
 from tuneline.reference import build_reference_logps, load_reference_model
-from tuneline.step_cache import cached_step
 from tuneline.train.kto import KTOTrainer
 
 DATA = Path(__file__).resolve().parents[3] / "data"

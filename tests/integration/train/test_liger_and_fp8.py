@@ -21,8 +21,8 @@ def _values(tiny_model_dir, tmp_path, **keys) -> dict:
 
 
 def test_without_a_gpu_both_are_refused_before_start_naming_why(tiny_model_dir, tmp_path):
-    from tuneline.devices import gpu_count
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
+    from tuneline.runtime.devices import gpu_count
 
     assert gpu_count() == 0  # this test is about a machine without CUDA
     with pytest.raises(ConfigError) as caught:

@@ -69,7 +69,7 @@ def test_dft_loss_trains_with_the_probability_weighted_loss(tiny_model_dir, tmp_
 
 
 def test_dft_loss_weights_each_label_token_by_its_detached_probability():
-    from tuneline.losses import dft_loss
+    from tuneline.objectives.losses import dft_loss
 
     torch.manual_seed(0)
     logits = torch.randn(2, 5, 11, requires_grad=True)
@@ -119,7 +119,7 @@ def test_what_deepspeed_cannot_serve_is_refused(tiny_model_dir, tmp_path, key, r
 
 def test_a_missing_optimizer_package_is_refused_naming_what_to_install(tiny_model_dir, tmp_path, monkeypatch):
     """Stands in for a machine without galore-torch: the check asks importlib, told here the package is absent."""
-    from tuneline import requirements
+    from tuneline.runtime import requirements
 
     monkeypatch.setattr(requirements, "installed", lambda name: name != "galore_torch")
     config = sft_config(tmp_path, tiny_model_dir, tmp_path / "out", use_galore=True)

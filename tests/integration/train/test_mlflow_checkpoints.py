@@ -17,11 +17,11 @@ from transformers import TrainerCallback
 from tests.support.training import make_config, make_splits
 from tuneline import tracking
 from tuneline.errors import UserError
+from tuneline.runtime.contract import read_run_file, write_run_file
 from tuneline.tracking.artifacts import CHECKPOINT_MARKER, logged_checkpoints
 from tuneline.train.checkpoints import is_complete
 from tuneline.train.mlflow_checkpoints import restore_checkpoint_from_mlflow
 from tuneline.train.output_dir import prepare_output_dir
-from tuneline.training_contract import read_run_file, write_run_file
 
 
 def client(uri: str):

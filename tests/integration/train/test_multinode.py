@@ -39,7 +39,7 @@ def test_two_machines_train_one_model_and_only_the_main_one_saves_and_logs(tiny_
            "PYTHONUNBUFFERED": "1"}
     node_log = tmp_path / "node.log"
     with open(node_log, "w") as out:
-        node = subprocess.Popen([sys.executable, "-m", "flows.cli", "train-node", str(cfg), f"output_dir={node_dir}",
+        node = subprocess.Popen([sys.executable, "-m", "cli.main", "train-node", str(cfg), f"output_dir={node_dir}",
                                  "--machine-rank", "1", "--wait", "120"], cwd=REPO_ROOT, env=env, text=True,
                                 stdout=out, stderr=subprocess.STDOUT)
     try:

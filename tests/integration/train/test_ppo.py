@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 from tests.support.ppo import make_config, ppo_config
 from tuneline.config import load_config
 from tuneline.errors import ConfigError, UserError
-from tuneline.rollouts import response_mask
+from tuneline.objectives.rollouts import response_mask
 from tuneline.train import ppo_core
 
 REPO = Path(__file__).resolve().parents[3]
@@ -85,7 +85,7 @@ def test_masked_whiten():
 def test_reward_model_loads_as_the_rm_stage_trained_it(tiny_model_dir, reward_model_dir, tmp_path):
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.model import load_model, load_tokenizer
-    from tuneline.rewards import load_reward_model
+    from tuneline.objectives.rewards import load_reward_model
     from tuneline.train.rm import pair_scores
 
     config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path)
@@ -104,9 +104,9 @@ def test_reward_model_loads_as_the_rm_stage_trained_it(tiny_model_dir, reward_mo
 
 
 def test_reward_model_config_errors(tiny_model_dir, reward_model_dir, tmp_path):
+    from tuneline.demo.tiny_model import build_tiny_model
     from tuneline.model import load_tokenizer
-    from tuneline.rewards import load_reward_model
-    from tuneline.tiny_model import build_tiny_model
+    from tuneline.objectives.rewards import load_reward_model
 
     config = ppo_config(tiny_model_dir, reward_model_dir, tmp_path, reward_model_type="full")
     tokenizer = load_tokenizer(config.model)
@@ -267,7 +267,7 @@ def test_one_ppo_update_moves_log_probs_along_the_advantages(tiny_model_dir, rew
     positive advantage became likelier and those with negative advantage less likely."""
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.model import load_model, load_tokenizer
-    from tuneline.rewards import load_reward_model
+    from tuneline.objectives.rewards import load_reward_model
     from tuneline.train.ppo import PPOLoop, forward_tokens
     from tuneline.train.ppo_models import ValueHead, load_reference
     from tuneline.train.training_args import build_training_args
@@ -300,7 +300,7 @@ def test_the_demo_ppo_raises_the_reward_of_the_demo_reward_model(tmp_path):
     About a minute: the demo-size model, 300 reward-model steps and 120 PPO steps.
     """
     from tuneline.data import build_dataset
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
     from tuneline.train import ppo, rm
 
     model = build_tiny_model(tmp_path / "tiny", **TINY_PRESETS["demo"])

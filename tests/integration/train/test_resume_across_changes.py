@@ -22,9 +22,9 @@ from safetensors.torch import load_file, save_file
 
 from tests.support.training import make_config, train_step
 from tuneline.errors import UserError
+from tuneline.runtime.contract import LockHeld, read_run_file
 from tuneline.train.checkpoints import complete_checkpoints
 from tuneline.train.output_dir import decide_resume, prepare_output_dir
-from tuneline.training_contract import LockHeld, read_run_file
 
 SETTINGS = {"max_steps": 4, "save_steps": 2, "logging_steps": 1, "max_samples": 32, "cutoff_len": 64,
             "overwrite_output_dir": True}  # as LLaMA-Factory's examples set it
@@ -125,7 +125,7 @@ def test_a_second_run_on_a_busy_output_dir_is_refused_naming_the_running_one(tin
 
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from tuneline.training_contract import OutputDirLock; "
+        [sys.executable, "-c", "import time; from tuneline.runtime.contract import OutputDirLock; "
          f"lock = OutputDirLock({str(out)!r}, mlflow_run_id='run-abc', run_name='nightly'); print('locked', "
          "flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -145,7 +145,7 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
     another learning rate (the old run moved aside, a fresh start)."""
     from tuneline.data import build_dataset
     from tuneline.pipeline import keys
-    from tuneline.training_contract import RUN_FILE, write_run_file
+    from tuneline.runtime.contract import RUN_FILE, write_run_file
 
     out = tmp_path / "out"
     data = build_dataset(make_config(tiny_model_dir, out, **SETTINGS))

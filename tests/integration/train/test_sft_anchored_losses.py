@@ -21,7 +21,7 @@ LLAMAFACTORY = {"eaft": 3.3620057106018066, "eaft_sum_alpha_half": 1.94547080993
 
 
 def test_eaft_and_asft_give_llamafactorys_values():
-    from tuneline.losses import asft_loss, eaft_loss
+    from tuneline.objectives.losses import asft_loss, eaft_loss
 
     assert eaft_loss({"logits": LOGITS}, LABELS).item() == pytest.approx(LLAMAFACTORY["eaft"], rel=1e-6)
     assert eaft_loss({"logits": LOGITS}, LABELS, num_items_in_batch=torch.tensor(10), alpha=0.5).item() == (
@@ -33,7 +33,7 @@ def test_eaft_and_asft_give_llamafactorys_values():
 
 
 def test_eaft_weight_is_detached_and_asft_anchor_is_zero_against_itself():
-    from tuneline.losses import asft_loss, dft_loss, eaft_loss
+    from tuneline.objectives.losses import asft_loss, dft_loss, eaft_loss
 
     logits = LOGITS.clone().requires_grad_(True)
     eaft_loss({"logits": logits}, LABELS, alpha=0.0).backward()  # weight (H/3)**0 = 1: plain cross-entropy

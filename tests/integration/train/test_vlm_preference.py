@@ -45,7 +45,7 @@ def test_dpo_trains_on_the_images_with_a_reference_precomputed_from_them(tiny_vl
 
     from tuneline.data import build_dataset, load_processed
     from tuneline.evaluation.run import run_evaluation
-    from tuneline.logps import MEDIA_INPUTS
+    from tuneline.objectives.logps import MEDIA_INPUTS
     from tuneline.reference import build_reference_logps
     from tuneline.reference.compute import compute_rows
 
@@ -104,8 +104,8 @@ def test_the_live_reference_and_the_policy_see_the_images_of_both_halves(tiny_vl
 
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
-    from tuneline.logps import MEDIA_INPUTS, pair_logps
     from tuneline.model import load_model, load_tokenizer
+    from tuneline.objectives.logps import MEDIA_INPUTS, pair_logps
 
     config = pref_config(tiny_vlm, tmp_path, "gemma3", val_size=0)
     train = load_processed(build_dataset(config))["train"]
@@ -130,7 +130,7 @@ def test_kto_trains_on_the_images_of_its_own_and_its_mismatched_completions(tiny
     import math
 
     from tuneline.data import build_dataset, load_processed
-    from tuneline.logps import MEDIA_INPUTS
+    from tuneline.objectives.logps import MEDIA_INPUTS
     from tuneline.reference import build_reference_logps
     from tuneline.train.kto import run
 
@@ -176,9 +176,9 @@ def test_rm_scores_each_pair_with_its_images_and_exports_a_scorer_that_reloads(t
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
     from tuneline.evaluation.run import run_evaluation
-    from tuneline.export import export_model
-    from tuneline.logps import MEDIA_INPUTS
+    from tuneline.export.merge import export_model
     from tuneline.model import load_model, load_tokenizer
+    from tuneline.objectives.logps import MEDIA_INPUTS
     from tuneline.train.rm import pair_scores, run
 
     config = pref_config(tiny_vlm, tmp_path, preset, stage="rm")

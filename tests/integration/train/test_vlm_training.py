@@ -59,7 +59,7 @@ def test_sft_trains_on_the_images_and_saves_the_processor(tiny_vlm, tmp_path, pr
 
     from transformers import AutoModelForImageTextToText
 
-    from tuneline.export import export_model
+    from tuneline.export.merge import export_model
 
     exported = sft_config(tiny_vlm, tmp_path / "export", preset, adapter_name_or_path=str(out),
                           export_dir=str(tmp_path / "merged"))
@@ -133,7 +133,7 @@ def test_qwen_vl_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm,
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.data.mm.requirements import torchvision_works
     from tuneline.data.mm.run_media import dataset_media
-    from tuneline.export import export_model
+    from tuneline.export.merge import export_model
     from tuneline.model import load_model, load_tokenizer
     from tuneline.train.sft import run
 

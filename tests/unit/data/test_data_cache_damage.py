@@ -21,7 +21,7 @@ def test_a_truncated_arrow_file_is_set_aside_and_the_entry_rebuilt(tmp_path, mak
     [arrow] = (tmp_path / "cache" / "build-dataset" / ref["fingerprint"] / "train").glob("*.arrow")
     os.truncate(arrow, os.path.getsize(arrow) // 2)
 
-    with caplog.at_level(logging.WARNING, logger="tuneline.step_cache"):
+    with caplog.at_level(logging.WARNING, logger="tuneline.content.step_cache"):
         assert not dataset_complete(config, ref["fingerprint"])
     assert "data-00000-of-00001.arrow does not read" in caplog.text and ".damaged-" in caplog.text
     again = build_dataset(config)

@@ -148,7 +148,7 @@ def test_every_template_has_an_ollama_modelfile(name, tokenizer):
     """The Modelfile's Go template opens and closes its actions in pairs and holds each turn's slot text."""
     import re
 
-    from tuneline.ollama_modelfile import modelfile
+    from tuneline.export.ollama_modelfile import modelfile
 
     template = get_template(name, tokenizer, today=TODAY)
     text = modelfile(template, tokenizer, 2048)

@@ -79,7 +79,7 @@ def test_other_plugins_refuse_pan_and_scan(plugin):
 
 
 def test_preflight_refuses_it_with_a_template_other_than_gemma3(make_config, tiny_vlm):
-    from tuneline.preflight import template_problems
+    from tuneline.pipeline.preflight import template_problems
 
     for template in ("llava", "qwen2_vl", "chatml", None):
         problems = template_problems(make_config(dataset="mllm_demo", template=template, image_do_pan_and_scan=True))

@@ -124,7 +124,7 @@ def test_several_calls_in_a_glm4_turn_stop_the_build_naming_the_row(tmp_path, ma
 
 def test_tool_date_pins_llama3s_date_and_a_bad_one_is_refused(tmp_path, make_config):
     from tuneline.data import load_processed
-    from tuneline.preflight import template_problems
+    from tuneline.pipeline.preflight import template_problems
 
     write_dataset(tmp_path / "data", "t", [_tool_row()], SHAREGPT_TOOLS)
     config = make_config(dataset="t", template="llama3", tool_date="26 Jul 2024", cutoff_len=4096)

@@ -7,7 +7,7 @@ import pytest
 from tuneline.errors import UserError
 from tuneline.model.batching import Batching, attention_kwargs, batching
 from tuneline.model.packed_attention import PACKED_SDPA
-from tuneline.requirements import installed
+from tuneline.runtime.requirements import installed
 
 
 def test_cpu_sft_is_flattened_and_run_per_example(make_config):

@@ -4,7 +4,7 @@
     tuneline trigger finetune/finetune-on-demand config_path=examples/dpo_lora_demo.yaml
 
 `key=value` pairs become the run's parameters: `config_path` replaces the deployment's config, the keys of the
-typed Run form (flows.parameters.Settings) fill those fields, any other config key is added to `overrides`. The
+typed Run form (orchestration.parameters.Settings) fill those fields, any other config key is added to `overrides`. The
 config is checked here, so a mistake is reported before a run exists. A served deployment or a worker picks the
 run up; this prints its id and its page in the Prefect UI and returns without waiting.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from flows.parameters import Settings
+from orchestration.parameters import Settings
 from tuneline.config.loader import parse_overrides
 from tuneline.errors import UserError, did_you_mean
 
@@ -83,7 +83,7 @@ def trigger(name: str, assignments: list[str]) -> tuple[str, str]:
 
     from prefect.client.orchestration import get_client
 
-    from tuneline.preflight import checked_config
+    from tuneline.pipeline.preflight import checked_config
 
     if not _api_url():
         raise UserError("no Prefect server to send the run to: set PREFECT_API_URL (e.g. "

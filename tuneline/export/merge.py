@@ -18,7 +18,7 @@ from pathlib import Path
 from tuneline.config import RunConfig
 from tuneline.config.run_config import split_names
 from tuneline.errors import ConfigError
-from tuneline.trained_model import trained_model_config
+from tuneline.export.trained_model import trained_model_config
 
 logger = logging.getLogger("tuneline")
 
@@ -97,7 +97,7 @@ def _merged_model(config: RunConfig, tokenizer):
 def export_model(config: RunConfig) -> Path:
     """Write the merged model (safetensors shards of `export_size` GB, or .bin) and tokenizer to `export_dir`, the
     tokenizer speaking the training template (`export_chat`)."""
-    from tuneline.export_chat import prepare_chat, stop_at_turn_ends, write_chat_files
+    from tuneline.export.chat_template import prepare_chat, stop_at_turn_ends, write_chat_files
     from tuneline.model.processor import load_processor, save_processor
     from tuneline.model.tokenizer import load_tokenizer
 

@@ -19,7 +19,7 @@ def trained_model_config(config: RunConfig, scratch: Path | None,
     """The config that loads the model to export, and where the trained model came from (None for the config's own
     adapters). A trained model missing from `output_dir` is fetched from the MLflow run, so another machine still
     exports what was trained."""
-    from tuneline.training_contract import finished_run
+    from tuneline.runtime.contract import finished_run
 
     if model_folder is not None:
         return _loading_trained(config, Path(model_folder)), str(model_folder)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from tuneline.config import load_config
 from tuneline.errors import UserError, report_user_errors
-from tuneline.preflight import checked_config
+from tuneline.pipeline.preflight import checked_config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,8 +88,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_tiny_model_parser(sub) -> None:
-    from tuneline.tiny_model import TINY_PRESETS
-    from tuneline.tiny_vlm import VLM_PRESETS
+    from tuneline.demo.tiny_model import TINY_PRESETS
+    from tuneline.demo.tiny_vlm import VLM_PRESETS
 
     tiny = sub.add_parser("tiny-model", help="build an offline tiny model: a Llama, or a vision-language model",
                           description="Random weights, a tokenizer trained on the demo data and, for a "
@@ -138,7 +138,7 @@ def _preview(args) -> int:
 
 
 def _export(args) -> int:
-    from tuneline.export import export_model, export_warnings
+    from tuneline.export.merge import export_model, export_warnings
 
     folder = export_model(load_config(args.config, args.overrides))
     for warning in export_warnings(folder):
@@ -151,8 +151,8 @@ def _chat(args) -> int:
     import tempfile
     from pathlib import Path
 
-    from tuneline.chat import Chat, calls_line, chat_loop, read_tools
     from tuneline.data.mm.request_images import read_image
+    from tuneline.serving.chat import Chat, calls_line, chat_loop, read_tools
 
     config = checked_config(args.config, args.overrides)
     tools = read_tools(args.tools) if args.tools is not None else None
@@ -206,7 +206,7 @@ def _sweep(args) -> int:
 def _serve(args) -> int:
     from pathlib import Path
 
-    from flows.serving import serve_deployments
+    from cli.serving import serve_deployments
 
     if not Path(args.prefect_yaml).is_file():
         raise UserError(f"'{args.prefect_yaml}' does not exist: name a prefect.yaml, or start in the repository "
@@ -216,7 +216,7 @@ def _serve(args) -> int:
 
 
 def _trigger(args) -> int:
-    from flows.trigger import trigger
+    from cli.trigger import trigger
 
     run_id, page = trigger(args.deployment, args.assignments)
     print(f"flow run {run_id}\n{page}")
@@ -226,7 +226,7 @@ def _trigger(args) -> int:
 def _ui(args) -> int:
     from pathlib import Path
 
-    from flows.ui import serve_uis
+    from cli.ui import serve_uis
 
     serve_uis(Path.cwd(), args.host, args.prefect_port, args.mlflow_port)
     return 0
@@ -241,8 +241,8 @@ def _train_node(args) -> int:
 
 
 def _tiny_model(args) -> int:
-    from tuneline.tiny_model import TINY_PRESETS, build_tiny_model
-    from tuneline.tiny_vlm import VLM_PRESETS, build_tiny_vlm
+    from tuneline.demo.tiny_model import TINY_PRESETS, build_tiny_model
+    from tuneline.demo.tiny_vlm import VLM_PRESETS, build_tiny_vlm
 
     if args.preset in VLM_PRESETS:
         print(build_tiny_vlm(args.out_dir, args.preset, seed=args.seed))

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuneline.errors import UserError
+from tuneline.runtime.contract import die_with_parent
 from tuneline.tracking.store import MODEL_TRAINING_VIEW
-from tuneline.training_contract import die_with_parent
 
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 180

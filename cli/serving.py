@@ -49,8 +49,8 @@ def _cron(prefect_yaml: Path, deployment: str, schedule: dict):
 
 def _check_parameters(prefect_yaml: Path, entry: dict) -> None:
     """A deployment whose config would fail is refused when served, not at its first scheduled run."""
-    from flows.parameters import Settings, all_overrides
-    from tuneline.preflight import checked_config
+    from orchestration.parameters import Settings, all_overrides
+    from tuneline.pipeline.preflight import checked_config
 
     params = entry.get("parameters") or {}
     if "config_path" not in params:
@@ -66,7 +66,7 @@ def _check_parameters(prefect_yaml: Path, entry: dict) -> None:
 def serve_deployments(prefect_yaml: Path = DEFAULT_PREFECT_YAML) -> None:
     from prefect import serve
 
-    from flows.concurrency import ensure_gpu_limit
+    from orchestration.concurrency import ensure_gpu_limit
 
     deployments = runner_deployments(prefect_yaml)
     ensure_gpu_limit()

@@ -12,7 +12,7 @@ from tuneline.config import RunConfig
 from tuneline.data.media import IMAGE_PLACEHOLDER
 from tuneline.data.tools import ToolDataError, calls_as_json, load_tools
 from tuneline.errors import ConfigError, UserError
-from tuneline.trained_model import trained_model_config
+from tuneline.export.trained_model import trained_model_config
 
 CLEAR, EXIT, IMAGE = "clear", "exit", "/image"
 TOOLS_TITLE = "cannot use the tool list"

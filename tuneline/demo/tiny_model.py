@@ -119,7 +119,7 @@ def build_tiny_model(
     `initializer_range` defaults to 1/sqrt(hidden_size), not Llama's 0.02: with a frozen lm_head and final norm
     (LoRA) the logits of a 0.02 init stay within about +-1, so no adapter could ever make an answer likely.
     """
-    from tuneline.demo_data import corpus_texts
+    from tuneline.demo.demo_data import corpus_texts
 
     out = Path(out_dir).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from tuneline.config import RunConfig
 from tuneline.data.jinja_template import Unwritable, chat_template, unwritable
 from tuneline.data.template_catalog import AUTO, get_template
-from tuneline.ollama_modelfile import modelfile
+from tuneline.export.ollama_modelfile import modelfile
 
 logger = logging.getLogger("tuneline")
 

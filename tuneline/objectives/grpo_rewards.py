@@ -1,7 +1,7 @@
 """grpo's `reward_funcs`, resolved to what trl's GRPOTrainer calls, and checked before anything trains.
 
 One resolution serves the training child and the flow's `evaluate` step, so before and after are scored by the
-same functions. A reward model folder becomes a plain function over the policy's tokens (`tuneline.rewards` reads
+same functions. A reward model folder becomes a plain function over the policy's tokens (`tuneline.objectives.rewards` reads
 tuneline's and LLaMA-Factory's rm outputs one way): trl's own reward-model path would re-tokenize the text with the
 reward model's tokenizer and read a value-head model's first token."""
 
@@ -120,7 +120,7 @@ def reward_model_function(config, folder: str, tokenizer, device=None) -> Callab
     """A reward model folder as a reward function: the score of prompt + completion, read as ppo reads it."""
     import torch
 
-    from tuneline.rewards import load_reward_model, sequence_scores
+    from tuneline.objectives.rewards import load_reward_model, sequence_scores
 
     rcfg = copy.deepcopy(config)
     rcfg.finetuning.reward_model = folder

@@ -16,7 +16,7 @@ import sys
 
 import httpx
 
-from flows.user_errors import filter_once
+from orchestration.user_errors import filter_once
 
 LOST_EVENTS = ("Service %r failed to process item", "EventsWorker")  # the record's format and first argument
 NO_CONNECTION = "Unable to connect to"

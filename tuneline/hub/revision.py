@@ -49,7 +49,7 @@ def resolve_revision(repo_id: str, revision: str | None, *, repo_type: str = "mo
         validate_repo_id(repo_id)
     except HFValidationError:
         return revision
-    from tuneline.publish import hub_endpoint
+    from tuneline.hub.publish import hub_endpoint
 
     memo_key = (hub_endpoint(), repo_type, repo_id, revision)
     with _resolved_lock:

@@ -11,18 +11,18 @@ from pathlib import Path
 
 from tuneline.config import RunConfig, load_config
 from tuneline.config.optimizer_keys import optimizer_problems
+from tuneline.config.secrets import is_secret
 from tuneline.config.validate import badam_problems
 from tuneline.data.stop_words import stop_word_problem
 from tuneline.data.template_catalog import AUTO, TEMPLATES, VISION
 from tuneline.data.tools import TOOL_FORMATS
 from tuneline.data.unbuilt_templates import unbuilt_template_problem
-from tuneline.devices import gpu_count
 from tuneline.errors import DataError, did_you_mean
-from tuneline.grpo_rewards import grpo_machine_problems
-from tuneline.publish import hub_token_problems
-from tuneline.ray_cluster import cluster_problems
-from tuneline.requirements import missing_requirements
-from tuneline.secrets import is_secret
+from tuneline.hub.publish import hub_token_problems
+from tuneline.objectives.grpo_rewards import grpo_machine_problems
+from tuneline.runtime.devices import gpu_count
+from tuneline.runtime.ray_cluster import cluster_problems
+from tuneline.runtime.requirements import missing_requirements
 
 
 def checked_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> RunConfig:

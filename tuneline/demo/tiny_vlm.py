@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuneline.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
+from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
 IMAGE_SIZE, PATCH_SIZE = 32, 8  # 4 x 4 patches per image
@@ -251,7 +251,7 @@ def build_tiny_vlm(out_dir: str | Path, preset: str, *, seed: int = 0, corpus_di
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
-    from tuneline.demo_data import corpus_texts
+    from tuneline.demo.demo_data import corpus_texts
 
     family = VLM_PRESETS[preset]
     out = Path(out_dir).expanduser().resolve()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tuneline.deepspeed_setup import deepspeed_problems
+from tuneline.runtime.deepspeed_setup import deepspeed_problems
 
 
 def installed(package: str) -> bool:

@@ -1,4 +1,4 @@
-"""The bundled demo datasets, generated deterministically: `python -m tuneline.demo_data [OUT_DIR]`.
+"""The bundled demo datasets, generated deterministically: `python -m tuneline.demo.demo_data [OUT_DIR]`.
 
 Tasks are short and regular so a tiny model learns them on a CPU in minutes and exact match on the held-out split
 can move; each task splits its pool of distinct inputs once, so eval rows never appear in training."""

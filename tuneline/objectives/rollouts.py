@@ -7,7 +7,7 @@ same prompts with the same noise. torch is imported inside the functions.
 
 from __future__ import annotations
 
-from tuneline.rewards import sequence_scores
+from tuneline.objectives.rewards import sequence_scores
 
 
 def response_mask(response_ids, eos_token_id: int):

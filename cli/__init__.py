@@ -1,0 +1,1 @@
+"""The `tuneline` command line: parses, validates, then hands work to the flows."""

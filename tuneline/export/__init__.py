@@ -1,0 +1,2 @@
+"""A trained run as a standalone model: merged weights, a chat template that renders as training encoded, an Ollama
+Modelfile."""
