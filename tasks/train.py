@@ -10,6 +10,7 @@ from tuneline.config import RunConfig
 from tuneline.pipeline import keys
 from tuneline.pipeline.launch import run_streaming
 from tuneline.pipeline.record import record_training
+from tuneline.pipeline.records import TrainResult
 from tuneline.pipeline.terminal_progress import terminal_progress
 from tuneline.pipeline.train_step import finished_for, prepare_training, worth_retrying
 
@@ -63,7 +64,7 @@ def _retry_crashes_only(task, task_run, state) -> bool:
       task_run_name="train {config.finetuning.stage}-{config.finetuning.finetuning_type}",
       cache_key_fn=content_key(_train_key, lambda key, config, dataset, reference, **_: finished_for(
           config, key, dataset, reference)))
-def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
+def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> TrainResult:
     """Launch (or resume) training in a subprocess; Prefect retries launch again and the child resumes.
 
     The task runs the child itself, so that the streaming is all that sits between it and the training. The child's

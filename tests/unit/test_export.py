@@ -8,6 +8,7 @@ import torch
 from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.export import export_model
+from tuneline.pipeline.records import TrainResult
 
 
 def _config(tiny_model_dir, **keys):
@@ -135,7 +136,7 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
     config = _config(tiny_model_dir, **keys_)
     dataset_fp = keys.dataset_key(config)
     run = start_run(config, dataset_fp, None, None)
-    record_training(run, config, {"output_dir": str(out)})
+    record_training(run, config, TrainResult(str(out), "trained-here"))
     record_results(run, config, {}, {}, dataset_fp)
     shutil.rmtree(out)
 

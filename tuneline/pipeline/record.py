@@ -18,6 +18,7 @@ from tuneline.config import RunConfig
 from tuneline.config.args import ADAPTER_TYPES
 from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, PREDICT_RESULTS, not_evaluated
 from tuneline.pipeline import keys
+from tuneline.pipeline.records import TrainResult
 from tuneline.training_contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
 
 log = logging.getLogger(__name__)
@@ -127,10 +128,10 @@ def final_model_files(output_dir: Path, into: Path, *, link: bool = False) -> Pa
     return into
 
 
-def record_training(run: dict, config: RunConfig, trained: dict) -> None:
+def record_training(run: dict, config: RunConfig, trained: TrainResult) -> None:
     """The training's files and model in the run; step metrics the child could not send (MLflow was unreachable
     while it trained) are sent now, or stay in its spool for the next start."""
-    uri, run_id, output_dir = run["tracking_uri"], run["run_id"], Path(trained["output_dir"])
+    uri, run_id, output_dir = run["tracking_uri"], run["run_id"], trained.path
     tracking.flush_spool(run_id, uri, output_dir / METRICS_SPOOL_DIR)
     for name in ("tuneline_config.yaml", "trainer_log.jsonl", PREDICTIONS_FILE):
         if (output_dir / name).is_file():
