@@ -90,7 +90,7 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
 
     version = record.record_results(run, config, base_eval, tuned_eval, dataset["fingerprint"])
     publish_run_artifacts(config, run, dataset, base_eval, tuned_eval, plots)
-    return {"output_dir": trained.output_dir, "mlflow_run_id": run["run_id"], "model_card": card,
+    return {"output_dir": trained.output_dir, "mlflow_run_id": run.run_id, "model_card": card,
             "base": base_eval.get("metrics", {}), "tuned": tuned_eval.get("metrics", {}),
             "registered_version": version}
 
@@ -109,7 +109,7 @@ def predict_flow(config_path: str, settings: Settings | None = None, overrides: 
 
     record.record_predictions(run, predicted)
     publish_prediction_artifacts(config, run, dataset, predicted)
-    return {"output_dir": predicted["output_dir"], "mlflow_run_id": run["run_id"], "predict": predicted["metrics"],
+    return {"output_dir": predicted["output_dir"], "mlflow_run_id": run.run_id, "predict": predicted["metrics"],
             "num_samples": predicted["num_samples"], "cache_hit": predicted.get("cache_hit", False)}
 
 

@@ -151,7 +151,7 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
     merged = AutoModelForCausalLM.from_pretrained(export_model(config))
     assert (logits(merged, batch) - _reference_logits(tiny_model_dir, adapters, batch)).abs().max() < 1e-4
     record = json.loads((tmp_path / "merged" / "tuneline_export.json").read_text())
-    assert record["trained_in"] == f"mlflow run {run['run_id']}"
+    assert record["trained_in"] == f"mlflow run {run.run_id}"
 
 
 def test_an_oft_adapter_exports_merged_like_a_lora_one(tiny_model_dir, batch, tmp_path):

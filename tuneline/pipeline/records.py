@@ -42,3 +42,19 @@ class TrainResult:
                        metrics=dict(value.get("metrics") or {}), mlflow_run_id=value.get("mlflow_run_id"),
                        resume_key=value.get("resume_key"))
         raise TypeError(f"not a train step result: {value!r}")
+
+
+@dataclass(frozen=True)
+class MlflowRun:
+    """The MLflow run a flow records into: where its store is, how to open it in the UI, and (for a fine-tuning
+    run) the keys it was found by. Steps take it to log into that run; it is part of no step's content key."""
+
+    run_id: str
+    tracking_uri: str
+    url: str | None = None
+    ui_command: str | None = None
+    run_key: str | None = None
+    work_key: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

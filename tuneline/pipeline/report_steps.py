@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config import RunConfig
-from tuneline.pipeline.records import TrainResult
+from tuneline.pipeline.records import MlflowRun, TrainResult
 
 
 def make_plots(config: RunConfig, trained: TrainResult) -> list[str]:
@@ -16,7 +16,7 @@ def make_plots(config: RunConfig, trained: TrainResult) -> list[str]:
 
 
 def make_model_card(config: RunConfig, trained: TrainResult, base_eval: dict, tuned_eval: dict, plots: list[str],
-                    dataset: dict, run: dict) -> str:
+                    dataset: dict, run: MlflowRun) -> str:
     from tuneline.evaluation import not_evaluated
     from tuneline.pipeline.record import run_link
     from tuneline.report import write_model_card
