@@ -29,6 +29,7 @@ from tuneline.config import RunConfig, load_config
 from tuneline.errors import UserError, report_user_errors
 from tuneline.pipeline import keys, record
 from tuneline.pipeline.preflight import checked_config
+from tuneline.pipeline.records import TrainResult
 from tuneline.pipeline.reward_model_run import reward_model_overrides
 
 show_user_errors_without_traceback()
@@ -81,7 +82,7 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
     dataset = build_dataset.with_options(**cache)(config, tokenizer)
     record.record_dataset(run, config, dataset)
     reference = build_reference_model.with_options(**cache)(config, dataset)
-    trained = train.with_options(**cache)(config, dataset, reference, run)
+    trained = TrainResult.from_stored(train.with_options(**cache)(config, dataset, reference, run))  # or an old dict
     base_eval = evaluate.with_options(task_run_name="evaluate base", **cache)(config, dataset)
     tuned_eval = evaluate.with_options(task_run_name="evaluate tuned", **cache)(config, dataset, trained)
     plots = plot.with_options(**cache)(config, trained, run)
@@ -89,7 +90,7 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
 
     version = record.record_results(run, config, base_eval, tuned_eval, dataset["fingerprint"])
     publish_run_artifacts(config, run, dataset, base_eval, tuned_eval, plots)
-    return {"output_dir": trained["output_dir"], "mlflow_run_id": run["run_id"], "model_card": card,
+    return {"output_dir": trained.output_dir, "mlflow_run_id": run.run_id, "model_card": card,
             "base": base_eval.get("metrics", {}), "tuned": tuned_eval.get("metrics", {}),
             "registered_version": version}
 
@@ -108,7 +109,7 @@ def predict_flow(config_path: str, settings: Settings | None = None, overrides: 
 
     record.record_predictions(run, predicted)
     publish_prediction_artifacts(config, run, dataset, predicted)
-    return {"output_dir": predicted["output_dir"], "mlflow_run_id": run["run_id"], "predict": predicted["metrics"],
+    return {"output_dir": predicted["output_dir"], "mlflow_run_id": run.run_id, "predict": predicted["metrics"],
             "num_samples": predicted["num_samples"], "cache_hit": predicted.get("cache_hit", False)}
 
 

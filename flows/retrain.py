@@ -27,6 +27,7 @@ from tuneline.errors import ConfigError
 from tuneline.evaluation.metric_names import metric_problems
 from tuneline.pipeline import promotion, record
 from tuneline.pipeline.preflight import checked_config
+from tuneline.pipeline.records import TrainResult
 
 
 def checked_retrain_config(config_path: str, registered_model: str, overrides: list[str],
@@ -52,7 +53,7 @@ def _champion_score(config: RunConfig, champion: dict, metric: str, uri: str) ->
     cache = {"result_storage": Path(config.pipeline.pipeline_cache_dir).resolve() / "prefect-results"}
     tokenizer = load_tokenizer.with_options(**cache)(config)
     dataset = build_dataset.with_options(**cache)(config, tokenizer)
-    trained = {"output_dir": str(model_dir), "train_key": fingerprint("registered", name, version, champion["run_id"])}
+    trained = TrainResult(str(model_dir), fingerprint("registered", name, version, champion["run_id"]))
     scored = evaluate.with_options(task_run_name=f"evaluate champion v{version}", **cache)(config, dataset, trained)
     return scored.get("metrics", {}).get(metric)
 

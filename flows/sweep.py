@@ -70,9 +70,9 @@ def sweep(config_path: str, grid: dict[str, list | str], samples: int | None = N
     _prepare_shared_steps(points)
     if max_parallel > 1:
         ensure_gpu_limit()
-    outcomes = _run_points(config_path, points, parent["run_id"], max_parallel)
+    outcomes = _run_points(config_path, points, parent.run_id, max_parallel)
 
-    rows = sweep_record.comparison_rows(points, outcomes, parent["tracking_uri"])
+    rows = sweep_record.comparison_rows(points, outcomes, parent.tracking_uri)
     children = [o["mlflow_run_id"] for o in outcomes if o.get("mlflow_run_id")]
     best = sweep_record.record_sweep(parent, children, rows, metric, greater_is_better)
     create_table_artifact(rows, key="sweep-comparison",
@@ -81,6 +81,6 @@ def sweep(config_path: str, grid: dict[str, list | str], samples: int | None = N
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(rows)} sweep points failed (the others are in MLflow run "
                            f"{parent['run_id']}; the same sweep again retries them):\n" + "\n".join(failed))
-    return {"mlflow_run_id": parent["run_id"], "url": parent["url"], "best_run_id": best.get("run_id"),
+    return {"mlflow_run_id": parent.run_id, "url": parent.url, "best_run_id": best.get("run_id"),
             "best_point": best.get("point"), "rows": rows,
             "table": sweep_record.markdown_table(rows, best or None)}

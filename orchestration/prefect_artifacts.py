@@ -11,6 +11,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from tuneline.config import RunConfig
 from tuneline.evaluation import not_evaluated
 from tuneline.pipeline.record import run_link
+from tuneline.pipeline.records import MlflowRun
 
 
 def _fmt(value) -> str:
@@ -22,7 +23,7 @@ def _bad_rows(dataset: dict) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in sorted(bad.items())) or "none"
 
 
-def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval: dict, tuned_eval: dict,
+def publish_run_artifacts(config: RunConfig, run: MlflowRun, dataset: dict, base_eval: dict, tuned_eval: dict,
                           plots: list[str]) -> None:
     base, tuned = base_eval.get("metrics", {}), tuned_eval.get("metrics", {})
     rows = [{"metric": k, "base": _fmt(base.get(k, "")), "tuned": _fmt(tuned.get(k, ""))}
@@ -34,7 +35,7 @@ def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval
         create_table_artifact(rows, key="evaluation", description="evaluation before vs after training")
         table = "\n".join(f"| {r['metric']} | {r['base']} | {r['tuned']} |" for r in rows)
         evaluation = f"| metric | base | tuned |\n|---|---|---|\n{table}\n"
-    link = run_link(run) or run["run_id"]
+    link = run_link(run) or run.run_id
     summary = (
         f"# {config.run_name}\n\n| | |\n|---|---|\n| stage | {config.stage} |\n"
         f"| finetuning | {config.finetuning.finetuning_type} |\n| model | {config.model.model_name_or_path} |\n"
@@ -51,14 +52,14 @@ def publish_run_artifacts(config: RunConfig, run: dict, dataset: dict, base_eval
                                  description="training loss")
 
 
-def publish_prediction_artifacts(config: RunConfig, run: dict, dataset: dict, predicted: dict) -> None:
+def publish_prediction_artifacts(config: RunConfig, run: MlflowRun, dataset: dict, predicted: dict) -> None:
     """A `do_predict` run's summary (what answered what, the scores, where the answers are) and its score table."""
     metrics = predicted.get("metrics", {})
     rows = [{"metric": k, "value": _fmt(v)} for k, v in sorted(metrics.items())]
     if rows:
         create_table_artifact(rows, key="predict", description="scores of the generated answers (LLaMA-Factory's)")
     table = "\n".join(f"| {r['metric']} | {r['value']} |" for r in rows) or "| (no answers) | |"
-    link = run_link(run) or run["run_id"]
+    link = run_link(run) or run.run_id
     adapters = config.model.adapter_name_or_path or "none"
     summary = (
         f"# {config.run_name}\n\n| | |\n|---|---|\n| model | {config.model.model_name_or_path} |\n"

@@ -10,11 +10,12 @@ from tuneline.config import RunConfig
 from tuneline.pipeline import keys
 from tuneline.pipeline.launch import run_streaming
 from tuneline.pipeline.record import record_training
+from tuneline.pipeline.records import MlflowRun, TrainResult
 from tuneline.pipeline.terminal_progress import terminal_progress
 from tuneline.pipeline.train_step import finished_for, prepare_training, worth_retrying
 
 
-def _train_key(config: RunConfig, dataset: dict, reference: dict, run: dict) -> str:
+def _train_key(config: RunConfig, dataset: dict, reference: dict, run: MlflowRun) -> str:
     return keys.train_key(config, dataset["fingerprint"], reference["fingerprint"])
 
 
@@ -63,7 +64,7 @@ def _retry_crashes_only(task, task_run, state) -> bool:
       task_run_name="train {config.finetuning.stage}-{config.finetuning.finetuning_type}",
       cache_key_fn=content_key(_train_key, lambda key, config, dataset, reference, **_: finished_for(
           config, key, dataset, reference)))
-def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
+def train(config: RunConfig, dataset: dict, reference: dict, run: MlflowRun) -> TrainResult:
     """Launch (or resume) training in a subprocess; Prefect retries launch again and the child resumes.
 
     The task runs the child itself, so that the streaming is all that sits between it and the training. The child's
@@ -81,7 +82,7 @@ def train(config: RunConfig, dataset: dict, reference: dict, run: dict) -> dict:
 
     fresh = config.pipeline.refresh_cache and task_run.run_count <= 1  # a retry resumes what the first began
     launch = prepare_training(config, dataset, reference, _train_key(config, dataset, reference, run),
-                              run.get("run_id"), run.get("tracking_uri"), on_line=logger.info,
+                              run.run_id, run.tracking_uri, on_line=logger.info,
                               on_progress=on_progress, start_fresh=fresh)
     try:
         if launch.command:  # else a finished training stands for this key

@@ -65,7 +65,7 @@ def test_a_killed_worker_is_restarted_and_the_run_ends_with_the_uninterrupted_we
     killer.join(timeout=1)
     assert killed and killed[0] < 8, "killed too late to test the restart"
     run = read_run_file(config.output_dir)
-    assert run["status"] == "complete" and run["resumed_step"] >= killed[0] and result["train_key"] == "ray-key"
+    assert run["status"] == "complete" and run["resumed_step"] >= killed[0] and result.train_key == "ray-key"
     assert reference.wait() == 0
     expected, got = adapter(tmp_path / "accelerate"), adapter(config.output_dir)
     assert expected.keys() == got.keys()

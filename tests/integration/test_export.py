@@ -9,6 +9,7 @@ from tests.support.model_steps import make_adapter
 from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.export.merge import export_model
+from tuneline.pipeline.records import TrainResult
 
 
 def _config(tiny_model_dir, **keys):
@@ -125,7 +126,7 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
     config = _config(tiny_model_dir, **keys_)
     dataset_fp = keys.dataset_key(config)
     run = start_run(config, dataset_fp, None, None)
-    record_training(run, config, {"output_dir": str(out)})
+    record_training(run, config, TrainResult(str(out), "trained-here"))
     record_results(run, config, {}, {}, dataset_fp)
     shutil.rmtree(out)
 
@@ -140,7 +141,7 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
     merged = AutoModelForCausalLM.from_pretrained(export_model(config))
     assert (logits(merged, batch) - _reference_logits(tiny_model_dir, adapters, batch)).abs().max() < 1e-4
     record = json.loads((tmp_path / "merged" / "tuneline_export.json").read_text())
-    assert record["trained_in"] == f"mlflow run {run['run_id']}"
+    assert record["trained_in"] == f"mlflow run {run.run_id}"
 
 
 def test_an_oft_adapter_exports_merged_like_a_lora_one(tiny_model_dir, batch, tmp_path):

@@ -84,7 +84,7 @@ def test_trust_remote_code_is_off_unless_asked_then_tagged_and_in_the_card(tiny_
         run_config = config(trust_remote_code=trusted, mlflow_tracking_uri=uri, run_name=f"trusted={trusted}",
                             output_dir=str(tmp_path / str(trusted)))
         run = start_run(run_config, f"dataset-fp-{trusted}", None, None)
-        tags = MlflowClient(uri).get_run(run["run_id"]).data.tags
+        tags = MlflowClient(uri).get_run(run.run_id).data.tags
         assert tags.get(TRUST_REMOTE_CODE_TAG) == ("true" if trusted else None)
         card = write_model_card(run_config, tmp_path / str(trusted), base_metrics={}, tuned_metrics={},
                                 dataset_fingerprints={}, plots=[], mlflow_run=None, framework_versions={})

@@ -425,6 +425,7 @@ def test_a_local_stores_link_is_a_url_and_its_ui_command_comes_with_it(uri):
     """A SQLite store's run links to where `mlflow ui` serves it; the command to start that UI is given apart, so
     the model card's and Prefect summary's Markdown link has a real URL for its target."""
     from tuneline.pipeline.record import run_link
+    from tuneline.pipeline.records import MlflowRun
 
     run_id = tracking.open_run(uri, "e", "k", "r", {})
     experiment_id = client(uri).get_run(run_id).info.experiment_id
@@ -432,7 +433,7 @@ def test_a_local_stores_link_is_a_url_and_its_ui_command_comes_with_it(uri):
     assert url == f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
     command = tracking.ui_command(uri)
     assert command == f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1"
-    assert run_link({"run_id": run_id, "url": url, "ui_command": command}) == (
+    assert run_link(MlflowRun(run_id, uri, url=url, ui_command=command)) == (
         f"[{run_id}]({url}) (a local store: serve its UI with `{command}`)")
     assert tracking.ui_command("http://127.0.0.1:5000") is None
-    assert run_link({"run_id": run_id, "url": None, "ui_command": None}) is None
+    assert run_link(MlflowRun(run_id, uri)) is None

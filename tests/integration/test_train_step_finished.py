@@ -8,6 +8,7 @@ import json
 
 from tuneline.config import load_config
 from tuneline.pipeline import keys
+from tuneline.pipeline.records import TrainResult
 from tuneline.pipeline.train_step import prepare_training
 from tuneline.runtime.contract import COMPLETE, read_run_file, write_run_file
 from tuneline.train.output_dir import prepare_output_dir
@@ -31,7 +32,7 @@ def test_a_training_the_child_finished_and_the_flow_never_recorded_stands(tmp_pa
     launch = prepare_training(config, dataset, None, key, "mlflow-run-1", None, on_line=lines.append)
 
     assert launch.command == []  # nothing trains again
-    assert launch.result() == {"output_dir": str(config.output_dir), "train_key": key,
-                               "metrics": {"train_loss": 1.5, "epoch": 1.0}, "mlflow_run_id": "mlflow-run-1",
-                               "resume_key": resume_key}
+    assert launch.result() == TrainResult(output_dir=str(config.output_dir), train_key=key,
+                                          metrics={"train_loss": 1.5, "epoch": 1.0}, mlflow_run_id="mlflow-run-1",
+                                          resume_key=resume_key)
     assert read_run_file(config.output_dir) == before  # read, not rewritten

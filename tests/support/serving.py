@@ -26,10 +26,11 @@ def register_champion(config, out: Path) -> None:
     (the trained output_dir) is deleted, so everything that answers comes from the store."""
     from tuneline.pipeline import keys
     from tuneline.pipeline.record import record_results, record_training, start_run
+    from tuneline.pipeline.records import TrainResult
 
     dataset_fp = keys.dataset_key(config)
     run = start_run(config, dataset_fp, None, None)
-    record_training(run, config, {"output_dir": str(out)})
+    record_training(run, config, TrainResult(str(out), "trained-here"))
     assert record_results(run, config, {}, {}, dataset_fp) == "1"
     uri, name = config.pipeline.mlflow_tracking_uri, config.pipeline.mlflow_registered_model
     tracking.set_alias(uri, name, "champion", "1")

@@ -126,7 +126,7 @@ def grad_enabled_per_forward(config, trainer_class) -> list[bool]:
 
 
 def train_step(config, dataset: dict, reference: dict | None, key: str, mlflow_run_id: str | None,
-               tracking_uri: str | None, on_line=print) -> dict:
+               tracking_uri: str | None, on_line=print):
     """What the train task does around Prefect: prepare the child, run it (unless a finished training stands),
     take the result."""
     from tuneline.pipeline.launch import run_streaming

@@ -18,6 +18,7 @@ from tuneline.config import RunConfig
 from tuneline.config.args import ADAPTER_TYPES
 from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, PREDICT_RESULTS, not_evaluated
 from tuneline.pipeline import keys
+from tuneline.pipeline.records import MlflowRun, TrainResult
 from tuneline.runtime.contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def connect_tracking(config: RunConfig) -> str:
 
 
 def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_run_url: str | None,
-              parent_run_id: str | None = None) -> dict:
+              parent_run_id: str | None = None) -> MlflowRun:
     """Open (or reopen) the MLflow run of this work; fail before any training if the store is unreachable.
     `parent_run_id` (a sweep's run) is a tag, never part of the key."""
     uri = connect_tracking(config)
@@ -100,17 +101,17 @@ def start_run(config: RunConfig, dataset_fp: str, flow_run_id: str | None, flow_
         shown = ", ".join(f"{k}={v}" for k, v in changed.items())
         log.warning("MLflow run %s continues with other settings: %s (its params keep the first values; the tags "
                     "tuneline.resumed_with.<key> hold these)", run_id, shown)
-    return {"run_id": run_id, "tracking_uri": uri, "run_key": run_key, "work_key": work_key,
-            "url": tracking.run_url(uri, run_id), "ui_command": tracking.ui_command(uri)}
+    return MlflowRun(run_id=run_id, tracking_uri=uri, url=tracking.run_url(uri, run_id),
+                     ui_command=tracking.ui_command(uri), run_key=run_key, work_key=work_key)
 
 
-def run_link(run: dict) -> str | None:
+def run_link(run: MlflowRun) -> str | None:
     """Markdown for the run's page in the MLflow UI (model card, Prefect summary); a local store's link works once
     its UI is served, so the command comes with it."""
-    if not run.get("url"):
+    if not run.url:
         return None
-    link = f"[{run['run_id']}]({run['url']})"
-    return f"{link} (a local store: serve its UI with `{run['ui_command']}`)" if run.get("ui_command") else link
+    link = f"[{run.run_id}]({run.url})"
+    return f"{link} (a local store: serve its UI with `{run.ui_command}`)" if run.ui_command else link
 
 
 def final_model_files(output_dir: Path, into: Path, *, link: bool = False) -> Path:
@@ -127,10 +128,10 @@ def final_model_files(output_dir: Path, into: Path, *, link: bool = False) -> Pa
     return into
 
 
-def record_training(run: dict, config: RunConfig, trained: dict) -> None:
+def record_training(run: MlflowRun, config: RunConfig, trained: TrainResult) -> None:
     """The training's files and model in the run; step metrics the child could not send (MLflow was unreachable
     while it trained) are sent now, or stay in its spool for the next start."""
-    uri, run_id, output_dir = run["tracking_uri"], run["run_id"], Path(trained["output_dir"])
+    uri, run_id, output_dir = run.tracking_uri, run.run_id, trained.path
     tracking.flush_spool(run_id, uri, output_dir / METRICS_SPOOL_DIR)
     for name in ("tuneline_config.yaml", "trainer_log.jsonl", PREDICTIONS_FILE):
         if (output_dir / name).is_file():
@@ -185,9 +186,9 @@ def dataset_facts(dataset: dict) -> dict[str, float]:
     return {k: float(v) for k, v in facts.items() if isinstance(v, (int, float))}
 
 
-def record_dataset(run: dict, config: RunConfig, dataset: dict) -> None:
+def record_dataset(run: MlflowRun, config: RunConfig, dataset: dict) -> None:
     """The built dataset's facts as metrics, and the data as the run's MLflow dataset input, once per run."""
-    uri, run_id = run["tracking_uri"], run["run_id"]
+    uri, run_id = run.tracking_uri, run.run_id
     facts = dataset_facts(dataset)
     fresh = {k: v for k, v in facts.items() if k not in tracking.get_run_metrics(uri, run_id)}
     if fresh:
@@ -200,19 +201,19 @@ def record_dataset(run: dict, config: RunConfig, dataset: dict) -> None:
                                    facts, context, tracking_uri=uri)
 
 
-def _log_fresh_metrics(run: dict, metrics: dict) -> dict[str, float]:
+def _log_fresh_metrics(run: MlflowRun, metrics: dict) -> dict[str, float]:
     """Log the numeric metrics the run does not hold yet (a cached rerun logs nothing); returns those logged."""
-    logged = tracking.get_run_metrics(run["tracking_uri"], run["run_id"])
+    logged = tracking.get_run_metrics(run.tracking_uri, run.run_id)
     fresh = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and k not in logged}
     if fresh:
-        tracking.log_metrics(run["run_id"], fresh, tracking_uri=run["tracking_uri"])
+        tracking.log_metrics(run.run_id, fresh, tracking_uri=run.tracking_uri)
     return fresh
 
 
-def record_predictions(run: dict, predicted: dict) -> None:
+def record_predictions(run: MlflowRun, predicted: dict) -> None:
     """A prediction's answers (generated_predictions.jsonl) and scores (predict_results.json and metrics), once per
     run; then the run is finished."""
-    uri, run_id, folder = run["tracking_uri"], run["run_id"], Path(predicted["path"])
+    uri, run_id, folder = run.tracking_uri, run.run_id, Path(predicted["path"])
     if not set(predicted["metrics"]) <= set(tracking.get_run_metrics(uri, run_id)):  # the answers first
         for name in (PREDICTIONS_FILE, PREDICT_RESULTS):
             tracking.log_artifacts(run_id, folder / name, tracking_uri=uri)
@@ -220,22 +221,22 @@ def record_predictions(run: dict, predicted: dict) -> None:
     tracking.finish_run(run_id, "FINISHED", tracking_uri=uri)
 
 
-def record_plots(run: dict, paths: list[str]) -> None:
+def record_plots(run: MlflowRun, paths: list[str]) -> None:
     for path in paths:
-        tracking.log_artifacts(run["run_id"], path, "plots", tracking_uri=run["tracking_uri"])
+        tracking.log_artifacts(run.run_id, path, "plots", tracking_uri=run.tracking_uri)
 
 
-def record_model_card(run: dict, path: str) -> None:
+def record_model_card(run: MlflowRun, path: str) -> None:
     """The card, and the held-out images it shows beside it (their links are relative), in the run."""
     from tuneline.report.image_answers import GALLERY_DIR
 
-    tracking.log_artifacts(run["run_id"], path, tracking_uri=run["tracking_uri"])
+    tracking.log_artifacts(run.run_id, path, tracking_uri=run.tracking_uri)
     gallery = Path(path).parent / GALLERY_DIR
     if gallery.is_dir():
-        tracking.log_artifacts(run["run_id"], gallery, GALLERY_DIR, tracking_uri=run["tracking_uri"])
+        tracking.log_artifacts(run.run_id, gallery, GALLERY_DIR, tracking_uri=run.tracking_uri)
 
 
-def record_evaluations(run: dict, evaluations: dict[str, dict]) -> None:
+def record_evaluations(run: MlflowRun, evaluations: dict[str, dict]) -> None:
     """Each evaluation's metrics and answers under `evaluation/<name>/` in the run, the answers as LLaMA-Factory writes
     them (generated_predictions.jsonl), so runs' answers can be read side by side in MLflow."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -248,12 +249,12 @@ def record_evaluations(run: dict, evaluations: dict[str, dict]) -> None:
                 if (source / stored).is_file():
                     shutil.copyfile(source / stored, folder / logged)
             if any(folder.iterdir()):
-                tracking.log_artifacts(run["run_id"], folder, f"evaluation/{name}", tracking_uri=run["tracking_uri"])
+                tracking.log_artifacts(run.run_id, folder, f"evaluation/{name}", tracking_uri=run.tracking_uri)
 
 
-def record_results(run: dict, config: RunConfig, base_eval: dict, tuned_eval: dict, dataset_fp: str) -> str | None:
+def record_results(run: MlflowRun, config: RunConfig, base_eval: dict, tuned_eval: dict, dataset_fp: str) -> str | None:
     """Before/after metrics once per run, then the registered model version (if configured); finish the run."""
-    uri, run_id = run["tracking_uri"], run["run_id"]
+    uri, run_id = run.tracking_uri, run.run_id
     logged = tracking.get_run_metrics(uri, run_id)
     summary = {f"base_{k}": v for k, v in base_eval.get("metrics", {}).items()}
     summary.update({f"final_{k}": v for k, v in tuned_eval.get("metrics", {}).items()})

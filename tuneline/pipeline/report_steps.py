@@ -5,26 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config import RunConfig
+from tuneline.pipeline.records import MlflowRun, TrainResult
 
 
-def make_plots(config: RunConfig, trained: dict) -> list[str]:
+def make_plots(config: RunConfig, trained: TrainResult) -> list[str]:
     from tuneline.report import plot_curves
 
-    output_dir = Path(trained["output_dir"])
+    output_dir = trained.path
     return plot_curves(output_dir / "trainer_log.jsonl", output_dir)
 
 
-def make_model_card(config: RunConfig, trained: dict, base_eval: dict, tuned_eval: dict, plots: list[str],
-                    dataset: dict, run: dict) -> str:
+def make_model_card(config: RunConfig, trained: TrainResult, base_eval: dict, tuned_eval: dict, plots: list[str],
+                    dataset: dict, run: MlflowRun) -> str:
     from tuneline.evaluation import not_evaluated
     from tuneline.pipeline.record import run_link
     from tuneline.report import write_model_card
     from tuneline.report.image_answers import image_answer_rows, image_answers_section, write_image_answers
 
     rows = image_answer_rows(_answers(base_eval), _answers(tuned_eval))
-    gallery = write_image_answers(rows, trained["output_dir"])
+    gallery = write_image_answers(rows, trained.output_dir)
     return write_model_card(
-        config, trained["output_dir"],
+        config, trained.output_dir,
         base_metrics=base_eval.get("metrics", {}), tuned_metrics=tuned_eval.get("metrics", {}),
         not_evaluated=not_evaluated(tuned_eval, base_eval),
         dataset_fingerprints={name: dataset["fingerprint"] for name in config.dataset_names},

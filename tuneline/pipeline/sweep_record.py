@@ -16,6 +16,7 @@ from tuneline.config import RunConfig
 from tuneline.content.fingerprint import fingerprint
 from tuneline.evaluation.metric_names import TRAIN_METRICS
 from tuneline.pipeline import keys, record
+from tuneline.pipeline.records import MlflowRun
 from tuneline.pipeline.sweep_grid import SweepPoint
 
 SWEEP_TAG = "tuneline.sweep"  # on the parent: the points' count
@@ -31,7 +32,7 @@ def decisive_column(metric: str) -> str:
 
 
 def start_sweep_run(base: RunConfig, points: list[SweepPoint], settings: dict[str, Any], flow_run_id: str | None,
-                    flow_run_url: str | None) -> dict:
+                    flow_run_url: str | None) -> MlflowRun:
     """Open (or reopen) the parent run in the config's experiment; `settings` (grid, samples, seed, metric) become
     its params."""
     uri = record.connect_tracking(base)
@@ -46,8 +47,8 @@ def start_sweep_run(base: RunConfig, points: list[SweepPoint], settings: dict[st
     if flow_run_id:
         tracking.tag_flow_run(run_id, flow_run_id, flow_run_url, tracking_uri=uri)
     tracking.log_params(run_id, {"sweep": settings, "config": base.source}, tracking_uri=uri)
-    return {"run_id": run_id, "tracking_uri": uri, "url": tracking.run_url(uri, run_id),
-            "ui_command": tracking.ui_command(uri)}
+    return MlflowRun(run_id=run_id, tracking_uri=uri, url=tracking.run_url(uri, run_id),
+                     ui_command=tracking.ui_command(uri), run_key=run_key, work_key=work_key)
 
 
 def comparison_rows(points: list[SweepPoint], outcomes: list[dict], uri: str) -> list[dict[str, Any]]:
@@ -109,10 +110,10 @@ def csv_table(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def record_sweep(parent: dict, children: list[str], rows: list[dict], metric: str, greater_is_better: bool) -> dict:
+def record_sweep(parent: MlflowRun, children: list[str], rows: list[dict], metric: str, greater_is_better: bool) -> dict:
     """The comparison as files on the parent, the best child tagged (the others untagged, a rerun may have
     moved it) and named on the parent; the parent finished, FAILED when a point failed."""
-    uri, run_id = parent["tracking_uri"], parent["run_id"]
+    uri, run_id = parent.tracking_uri, parent.run_id
     best = best_row(rows, metric, greater_is_better)
     direction = "higher" if greater_is_better else "lower"
     heading = f"# Sweep: {len(rows)} points, by {decisive_column(metric)} ({direction} is better)\n\n"

@@ -16,11 +16,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tuneline.config import RunConfig, dump_config
 from tuneline.pipeline.follow_log import TrainerLogReader
 from tuneline.pipeline.launch import TrainingFailed, launch_command
+from tuneline.pipeline.records import TrainResult
 from tuneline.runtime.contract import (
     COMPLETE,
     ERROR_PREFIX,
@@ -39,7 +39,6 @@ from tuneline.runtime.contract import (
 )
 
 RESOLVED_CONFIG = "tuneline_config.yaml"
-REFERENCE_FIELDS = ("output_dir", "train_key", "metrics", "mlflow_run_id", "resume_key")  # what the step returns
 
 
 # How a crashed training shows in its launcher's last lines: a process killed by a signal (accelerate's launcher,
@@ -115,7 +114,7 @@ class Launch:
     mlflow_run_id: str | None
     on_line: Callable[[str], None]
     on_progress: Callable[[dict], None] | None
-    finished: dict[str, Any] | None = None
+    finished: TrainResult | None = None
     command: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     progress: TrainerLogReader | None = None
@@ -128,7 +127,7 @@ class Launch:
         if self.on_progress and entries:
             self.on_progress(entries[-1])
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> TrainResult:
         """A small reference to the training: the finished one, or the one the child just ended cleanly. run.json
         is read, never written here: the child alone writes it (keys, settings, run id, `status: complete`)."""
         if self.finished is not None:
@@ -176,14 +175,12 @@ def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict |
     return launch
 
 
-def _reference(run: dict, output_dir: Path) -> dict[str, Any]:
+def _reference(run: dict, output_dir: Path) -> TrainResult:
     """What the step returns: a small reference to the finished training in `output_dir` (run.json also keeps its
     settings, to name later changes, and how it ran). A start killed after the child marked run.json complete and
     before the flow added its result left only the child's fields: the metrics are then read from output_dir."""
-    ref = {k: run.get(k) for k in REFERENCE_FIELDS}
-    ref["output_dir"] = str(output_dir)
-    ref["metrics"] = _read_metrics(Path(output_dir))
-    return ref
+    return TrainResult(output_dir=str(output_dir), train_key=run["train_key"], metrics=_read_metrics(Path(output_dir)),
+                       mlflow_run_id=run.get("mlflow_run_id"), resume_key=run.get("resume_key"))
 
 
 def _resume_key(config: RunConfig, dataset_ref: dict, reference_ref: dict | None) -> str | None:

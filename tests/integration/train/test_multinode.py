@@ -65,7 +65,7 @@ def test_two_machines_train_one_model_and_only_the_main_one_saves_and_logs(tiny_
     assert state["global_step"] == 3 and state["train_batch_size"] == 2  # per process
     rows = dataset["train_rows"]
     assert state["epoch"] == pytest.approx(3 * 2 * 2 / rows)  # each step took 2 rows on each of 2 processes
-    assert (main_dir / "checkpoint-2").is_dir() and result["metrics"]["train_loss"] > 0
+    assert (main_dir / "checkpoint-2").is_dir() and result.metrics["train_loss"] > 0
     # rank 1 saved no model, optimizer, log or results: only its RNG state into the checkpoints being staged, which
     # is why output_dir must be one shared folder (a resume restores every process's RNG state from there)
     written = sorted(str(p.relative_to(node_dir)) for p in node_dir.rglob("*") if p.is_file())

@@ -171,7 +171,7 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
 
     marker = (out / RUN_FILE).stat().st_mtime_ns
     ref_kept, lines = run(logging_steps=3)  # finished: kept, not trained again
-    assert any("the finished training is kept" in line for line in lines) and ref_kept["metrics"] == ref["metrics"]
+    assert any("the finished training is kept" in line for line in lines) and ref_kept.metrics == ref.metrics
     assert (out / RUN_FILE).stat().st_mtime_ns == marker  # read, not rewritten: the child is run.json's one writer
 
     _, lines = run(learning_rate=1e-3)
