@@ -21,7 +21,7 @@ def served(tiny_vlm, tmp_path_factory):
     media = root / "media"
     media.mkdir()
     with api_server([str(tiny_vlm(PRESET)), f"template={PRESET}"], root / "api.log",
-                    SAFE_MEDIA_PATH=str(media)) as url:
+                    SAFE_MEDIA_PATH=str(media), API_MODEL_NAME="model") as url:
         yield url, media
 
 

@@ -47,7 +47,8 @@ def test_ray_is_on_from_the_environment_switch_or_use_ray_and_off_without(tmp_pa
     assert loaded(tmp_path, BASE + "use_ray: true\n").ray == RaySettings()
     monkeypatch.setenv("USE_RAY", "1")  # how LLaMA-Factory turns Ray on, with no key at all
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
-    ray = loaded(tmp_path, BASE + "master_addr: 10.0.0.7\nmaster_port: '29501'\nray_init_kwargs: "
+    shared = "output_dir: /shared/out\npipeline_cache_dir: /shared/cache\n"  # a cluster's workers reach them
+    ray = loaded(tmp_path, BASE + shared + "master_addr: 10.0.0.7\nmaster_port: '29501'\nray_init_kwargs: "
                                "'{\"runtime_env\": {\"env_vars\": {\"A\": \"1\"}}}'\n").ray
     assert (ray.address, ray.master_addr, ray.master_port) == ("10.0.0.5:6379", "10.0.0.7", 29501)
     assert ray.init_kwargs == {"runtime_env": {"env_vars": {"A": "1"}}} and not ray.local

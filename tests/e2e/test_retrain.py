@@ -56,6 +56,7 @@ def test_retrain_trains_on_new_data_only_and_promotes_only_a_better_model(prefec
 def test_two_retrains_that_finish_at_once_never_both_promote(prefect_api, tmp_path):
     """Both beat the champion they compared against (version 1); the promotions run at the same moment, in turn
     under the Prefect lock: the second finds the champion changed and leaves the alias alone."""
+    import contextvars
     import threading
 
     from mlflow import MlflowClient
@@ -76,7 +77,9 @@ def test_two_retrains_that_finish_at_once_never_both_promote(prefect_api, tmp_pa
         start.wait()
         results[version] = promote(uri, name, version, champion, Decision(True, "better than version 1"))
 
-    threads = [threading.Thread(target=retrain_finishing, args=(v,)) for v in ("2", "3")]
+    # each thread in a copy of this context: Prefect's settings (the run's one API) live in a context variable
+    threads = [threading.Thread(target=contextvars.copy_context().run, args=(retrain_finishing, v))
+               for v in ("2", "3")]
     for thread in threads:
         thread.start()
     for thread in threads:

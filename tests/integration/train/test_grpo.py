@@ -181,7 +181,7 @@ def test_a_sweep_over_a_grpo_key_plans_valid_points(tiny_model_dir, tmp_path, re
         plan_sweep(str(path), {"num_generations": "1,4"}, metric="reward")
 
 
-RESUME = {**GRPO, "dataset": "demo_sft", "max_steps": 6, "save_steps": 2, "logging_steps": 1,
+RESUME = {**GRPO, "dataset": "demo_sft", "max_steps": 12, "save_steps": 2, "logging_steps": 1,
           "lr_scheduler_type": "linear", "learning_rate": 5e-3}
 
 
@@ -213,12 +213,12 @@ def test_a_killed_grpo_run_resumes_to_the_uninterrupted_runs_weights(tiny_model_
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     killed_at = checkpoint_step(complete_checkpoints(killed_dir)[-1])
-    assert killed_at < 6 and read_run_file(killed_dir)["status"] == "running", "killed too late to test resume"
+    assert killed_at < 12 and read_run_file(killed_dir)["status"] == "running", "killed too late to test resume"
     resumed = subprocess.run(train_cmd(killed), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert read_run_file(killed_dir)["status"] == "complete"
     expected, got = step_logs(tmp_path / "reference"), step_logs(killed_dir)
-    for step in range(killed_at + 1, 7):
+    for step in range(killed_at + 1, 13):
         assert got[step]["reward"] == pytest.approx(expected[step]["reward"]), f"step {step}"
     want = load_file(str(tmp_path / "reference" / "adapter_model.safetensors"))
     have = load_file(str(killed_dir / "adapter_model.safetensors"))

@@ -190,9 +190,9 @@ def test_an_edit_of_the_training_code_reruns_the_step_but_resumes_into_the_same_
     package = tmp_path / "code" / "tuneline"
     shutil.copytree(Path(tuneline.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     code = (
-        f"import sys; sys.path.append({str(Path(__file__).parent)!r})\n"
+        f"import sys; sys.path.append({str(Path(__file__).parents[3])!r})\n"  # the repo, after the edited copy
         "from pathlib import Path\n"
-        "from train_helpers import make_config\n"
+        "from tests.support.training import make_config\n"
         "from tuneline.identity.keys import standalone_key\n"
         "from tuneline.pipeline import keys\n"
         f"c = make_config(Path({str(tiny_model_dir)!r}), Path({str(tmp_path / 'out')!r}))\n"
