@@ -6,24 +6,9 @@ metrics and weights equal an uninterrupted run's, and the config has one MLflow 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
-
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def chaos():
-    spec = importlib.util.spec_from_file_location("chaos", REPO / "benchmarks" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chaos"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_killed_run_with_a_truncated_checkpoint_resumes_from_the_one_before(chaos, tmp_path, tiny_model_dir):

@@ -8,23 +8,9 @@ sitecustomize on the killed run's PYTHONPATH that only waits: nothing else chang
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
 SHORT = {"max_steps": 6, "save_steps": 2, "eval_dataset": None}  # the cheapest run with checkpoints
-
-
-@pytest.fixture(scope="module")
-def chaos():
-    spec = importlib.util.spec_from_file_location("chaos", REPO / "benchmarks" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chaos"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
