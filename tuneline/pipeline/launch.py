@@ -92,10 +92,12 @@ def launcher(config) -> list[str]:
     else:
         cmd += ["--num_processes", str(processes), *fp8_launch_flags(config), "--dynamo_backend", "no"]
         cmd += machine_flags(pipe) or ["--num_machines", "1"]
-        if deepspeed:  # its launcher sets the rank variables DeepSpeed needs, one process too; alone, on a free port
-            cmd += ["--use_deepspeed", *([] if pipe.num_machines > 1 else ["--main_process_port", "0"])]
-        elif processes > 1:  # (trainings side by side then do not collide)
-            cmd += ["--multi_gpu"]
+        # One machine: its processes meet on a free port, so trainings side by side do not collide on 29500
+        alone = [] if pipe.num_machines > 1 else ["--main_process_port", "0"]
+        if deepspeed:  # its launcher sets the rank variables DeepSpeed needs, one process too
+            cmd += ["--use_deepspeed", *alone]
+        elif processes > 1:
+            cmd += ["--multi_gpu", *alone]
     if use_cpu:
         cmd += ["--num_cpu_threads_per_process", str(cpu_threads_per_process(per_machine))]
     return cmd
