@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from uuid import UUID
 
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from tests.support.flows import REPO, STEPS, tiny_config
-from tests.support.ports import free_port
+from tests.support.ports import free_port, wait_until_answers
 from tuneline.runtime.contract import die_with_parent
 
 BIN = Path(sys.executable).parent
@@ -41,14 +40,7 @@ def prefect_server(tmp_path_factory):
                                   env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                   preexec_fn=lambda: die_with_parent(signal.SIGTERM))  # SIGTERM: it stops its server
     url = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=1)
-            break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, (home / "server.log").read_text()[-3000:]
-            time.sleep(0.5)
+    wait_until_answers(f"{url}/health", server, home / "server.log", 120, "prefect server start")
     yield url
     os.killpg(server.pid, signal.SIGTERM)
     server.wait(timeout=30)

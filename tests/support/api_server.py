@@ -8,11 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
-from tests.support.ports import free_port
+from tests.support.ports import free_port, wait_until_answers
 
 KEY = "sk-test-key"
 
@@ -34,15 +32,7 @@ def api_server(args: list[str], log_path: Path, **env: str):
 
 
 def wait_until_up(port: int, process, log_path: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"tuneline api exited {process.returncode}:\n{log_path.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"tuneline api did not answer in {timeout} s:\n{log_path.read_text()[-3000:]}")
+    wait_until_answers(f"http://127.0.0.1:{port}/health", process, log_path, timeout, "tuneline api")
 
 
 def client(base_url: str, key: str = KEY):

@@ -18,10 +18,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from filelock import FileLock
+
+from tests.support.ports import wait_until_answers
 
 STATE = "prefect-server.json"
 STARTUP_S = 180  # a cold start on a loaded 2-core machine (database migrations, services) takes tens of seconds
@@ -53,15 +54,7 @@ def api_url(run_dir: Path, controller_pid: int) -> str:
 
 
 def _wait_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the test run's Prefect server did not start:\n{log.read_text()[-4000:]}") from None
-            time.sleep(0.5)
+    wait_until_answers(f"{url}/health", process, log, STARTUP_S, "the test run's Prefect server")
 
 
 def stop(run_dir: Path) -> None:

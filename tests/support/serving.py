@@ -10,11 +10,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
-from tests.support.ports import free_port
+from tests.support.ports import free_port, wait_until_answers
 from tuneline import tracking
 from tuneline.runtime.contract import die_with_parent
 
@@ -49,14 +48,7 @@ def model_server(uri: str, model_uri: str, log_path: Path):
         server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                   preexec_fn=lambda: die_with_parent(signal.SIGTERM))
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=1)
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.5)
+        wait_until_answers(f"http://127.0.0.1:{port}/ping", server, log_path, 120, "mlflow models serve")
         yield port
     finally:
         if server.poll() is None:
