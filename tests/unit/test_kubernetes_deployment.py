@@ -89,7 +89,8 @@ def test_the_flow_pod_joins_the_cluster_the_config_trains_on(deployment, monkeyp
 
     cluster = _cluster()
     head = f"{cluster['metadata']['name']}-head-svc:6379"  # KubeRay's service for the head; 6379: its GCS
-    args = _job(TEMPLATE, deployment["work_pool"]["job_variables"])["spec"]["template"]["spec"]["containers"][0]["args"]
+    job = _job(TEMPLATE, deployment["work_pool"]["job_variables"])
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["bash", "-c"]
     joining, execute = args[2].split(" && ")
     assert shlex.split(joining) == ["ray", "start", f"--address={head}", "--num-cpus=0", "--num-gpus=0"]
