@@ -26,15 +26,18 @@ KINDS = {("ray.io/v1", "RayCluster"): "kuberay/rayclusters.ray.io-v1.yaml",
 
 
 def closed(schema):
-    """Every object that names its fields takes no other, as the API server's strict field validation has it."""
+    """Every object that names its fields takes no other, as the API server's strict field validation has it; a
+    required field with a default may be left out (the server fills the default in before it validates)."""
     if isinstance(schema, list):
         return [closed(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
     schema = {key: closed(value) for key, value in schema.items()}
-    if "properties" in schema and "additionalProperties" not in schema \
-            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+    fields = schema.get("properties", {})
+    if fields and "additionalProperties" not in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
         schema["additionalProperties"] = False
+    if "required" in schema:
+        schema["required"] = [name for name in schema["required"] if "default" not in fields.get(name, {})]
     return schema
 
 
