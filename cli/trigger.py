@@ -95,8 +95,8 @@ def trigger(name: str, assignments: list[str]) -> tuple[str, str]:
             params = run_parameters(deployment.parameters or {}, assignments)
             config_path = params.get("config_path")
             if config_path and Path(config_path).is_file():  # else it is read where the deployment runs
-                settings = Settings(**params.get("settings", {}))
-                checked_config(config_path, [*settings.as_overrides(), *params["overrides"]])
+                settings = Settings(**params.get("settings", {}))  # the machine's own checks run on the worker
+                checked_config(config_path, [*settings.as_overrides(), *params["overrides"]], machine=False)
             return await client.create_flow_run_from_deployment(deployment.id, parameters=params)
 
     run = asyncio.run(create())

@@ -104,6 +104,24 @@ def test_a_trigger_that_cannot_run_starts_nothing_and_says_why(prefect_api, caps
     assert not _flow_runs(deployment)
 
 
+def test_trigger_leaves_the_machines_checks_to_the_worker_that_trains(prefect_api, capsys):
+    """A run triggered from a laptop for a cluster: the Ray head answers only inside the cluster (192.0.2.1 is a
+    documentation address no packet reaches), so the check that refuses it belongs to the worker, not to trigger."""
+    from cli.main import run
+    from tuneline.errors import UserError
+    from tuneline.pipeline.preflight import checked_config
+
+    cluster = ["use_ray=true", "ray_num_workers=2", "ray_address=192.0.2.1:6379"]
+    with pytest.raises(UserError, match="cannot reach the Ray cluster at 192.0.2.1:6379"):
+        checked_config("examples/sft_lora_demo.yaml", cluster)  # what `tuneline train` on this machine says
+    deployment = _deploy("trigger-cluster", {"config_path": "examples/sft_lora_demo.yaml", "overrides": cluster})
+    assert run(["trigger", "trigger-cluster", "logging_steps=3"]) == 0, capsys.readouterr().err
+    [flow_run] = _flow_runs(deployment)
+    assert flow_run.parameters["overrides"] == [*cluster, "logging_steps=3"]
+    assert run(["trigger", "trigger-cluster", "lerning_rate=1e-4"]) == 2, "the config's own keys are still checked"
+    assert "did you mean 'learning_rate'" in capsys.readouterr().err
+
+
 def test_trigger_without_a_server_says_how_to_reach_one(capsys, monkeypatch):
     from cli.main import run
 

@@ -25,11 +25,16 @@ from tuneline.runtime.ray_cluster import cluster_problems
 from tuneline.runtime.requirements import missing_requirements
 
 
-def checked_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> RunConfig:
+def checked_config(path: str | Path | None, overrides: list[str] | dict | None = None,
+                   machine: bool = True) -> RunConfig:
     """The config, or a ConfigError listing every problem found. Memoised per file content and overrides (the command,
-    the flow run's name and the flow all ask); each caller gets its own copy, free to change."""
+    the flow run's name and the flow all ask); each caller gets its own copy, free to change.
+
+    `machine=False` leaves out what only the machine that trains can answer (its devices and libraries, the model's
+    files, the Ray cluster): `tuneline trigger` runs on a laptop, the run on a worker that has them."""
     where = (os.getcwd(), _file_stamp(path))  # relative paths in it are read from the working folder
-    return copy.deepcopy(_checked(None if path is None else str(path), json.dumps(overrides, default=str), where))
+    return copy.deepcopy(_checked(None if path is None else str(path), json.dumps(overrides, default=str), where,
+                                  machine))
 
 
 def _file_stamp(path: str | Path | None) -> tuple[int, int] | None:
@@ -41,9 +46,11 @@ def _file_stamp(path: str | Path | None) -> tuple[int, int] | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _checked(path: str | None, overrides_json: str, where: tuple) -> RunConfig:
+def _checked(path: str | None, overrides_json: str, where: tuple, machine: bool) -> RunConfig:
     overrides = json.loads(overrides_json)
     given = secret_override_problems(overrides)
+    if not machine:
+        return load_config(path, overrides, check_paths=False, more_checks=lambda config: given)
     return load_config(path, overrides, more_checks=lambda config: given + machine_and_library_problems(config))
 
 
