@@ -158,7 +158,7 @@ def test_the_ray_and_prefect_commands_for_several_machines_parse_with_their_own_
         ray_cli.commands[words[1]].make_context(words[1], words[2:])
     prefects = _machines_commands("prefect")
     assert {tuple(words[1:3]) for words in prefects} >= {("work-pool", "create"), ("deploy", "--all"),
-                                                         ("worker", "start"), ("deployment", "run")}
+                                                         ("worker", "start")}
     monkeypatch.setenv("COLUMNS", "200")
     for words in prefects:
         path = [word for word in words[1:] if not word.startswith("-")][:3]
@@ -195,8 +195,8 @@ def test_the_kubernetes_commands_name_what_deployments_holds():
     spec = yaml.safe_load((REPO / deploy[deploy.index("--prefect-file") + 1]).read_text())
     assert {d["work_pool"]["name"] for d in spec["deployments"]} == {pool}
     assert all(words[words.index("--pool") + 1] == pool for words in prefects if words[1:3] == ["worker", "start"])
-    run = next(words for words in prefects if words[1:3] == ["deployment", "run"])
-    assert run[3] in {f"finetune/{d['name']}" for d in spec["deployments"]}
+    [trigger] = [words for words in _machines_commands("tuneline") if words[1] == "trigger"]
+    assert trigger[2] in {f"finetune/{d['name']}" for d in spec["deployments"]}
 
 
 def test_the_commands_for_two_machines_give_the_configs_they_say(monkeypatch):
