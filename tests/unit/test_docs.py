@@ -34,8 +34,11 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benc
 
 
 def _blocks(page: Path) -> list[tuple[str, str]]:
-    """(language, text) of each fenced block of a page."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    """(language, text) of each fenced block of a page, those indented under a list item too (text dedented)."""
+    import textwrap
+
+    found = re.findall(r"^( *)```(\w*)\n(.*?)^\1```", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return [(lang, textwrap.dedent(text)) for _, lang, text in found]
 
 
 def _configs() -> list[tuple[str, str]]:
@@ -191,8 +194,9 @@ def test_the_kubernetes_commands_name_what_deployments_holds():
     create = next(words for words in prefects if words[1:3] == ["work-pool", "create"])
     pool = create[3]
     assert create[create.index("--base-job-template") + 1] == "deployments/kubernetes-job-template.json"
-    deploy = next(words for words in prefects if words[1] == "deploy")
-    spec = yaml.safe_load((REPO / deploy[deploy.index("--prefect-file") + 1]).read_text())
+    deployed = [REPO / words[words.index("--prefect-file") + 1] for words in prefects if words[1] == "deploy"]
+    assert all(path.is_file() for path in deployed) and REPO / "deployments/prefect-kubernetes.yaml" in deployed
+    spec = yaml.safe_load((REPO / "deployments" / "prefect-kubernetes.yaml").read_text())
     assert {d["work_pool"]["name"] for d in spec["deployments"]} == {pool}
     assert all(words[words.index("--pool") + 1] == pool for words in prefects if words[1:3] == ["worker", "start"])
     [trigger] = [words for words in _machines_commands("tuneline") if words[1] == "trigger"]
