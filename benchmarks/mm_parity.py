@@ -2,7 +2,8 @@
 `python benchmarks/mm_parity.py --llamafactory-python /work/main/.venv-peer/bin/python [--snapshot]`.
 
 Builds a tiny processor per family offline (tests/fixtures/parity_tokenizer with the family's special tokens, and a
-small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's), saves each to
+small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's, Pixtral's), saves
+each to
 a folder both environments load, and runs LLaMA-Factory's plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's
 (`expand_messages`, `batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
 `image_max_pixels` that shrinks the images, an `image_min_pixels` that grows them). It prints, per family and
@@ -11,6 +12,7 @@ setting, whether the expanded texts, their token ids and the tensors (shapes and
 
 Qwen2-VL/Qwen3-VL processors need a video processor, which needs torchvision: both sides get the Qwen2-VL image
 processor and the tokenizer alone, in a plain object where the processor would be (the plugins only read attributes).
+PixtralProcessor needs torchvision too: both sides get its PIL image processor, the tokenizer and its settings so.
 `--snapshot` writes LLaMA-Factory's results (texts, ids, tensor summaries) to tests/fixtures/llamafactory/0.9.5/
 mm_parity.json.xz for tests/integration/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
 
@@ -42,6 +44,7 @@ SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
+    "pixtral": "pixtral",
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -57,6 +60,8 @@ PAN_AND_SCAN_SETTINGS = {  # gemma3 only: the key is Gemma 3's
 ENCODING_JOB = "tiny_gemma3/pan_and_scan_grow"  # the whole sft encoding, on the tiny gemma3
 PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL processors resize to a hair's difference
 QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+PIXTRAL = {"patch_size": 14, "spatial_merge_size": 1, "image_token": "[IMG]", "image_break_token": "[IMG_BREAK]",
+           "image_end_token": "[IMG_END]"}  # PixtralProcessor's settings (processor_config.json)
 
 
 def build_processor(family: str, out: Path) -> Path:
@@ -69,6 +74,7 @@ def build_processor(family: str, out: Path) -> Path:
         LlavaNextImageProcessorPil,
         LlavaNextProcessor,
         LlavaProcessor,
+        PixtralImageProcessorPil,
         Qwen2VLImageProcessorPil,
     )
 
@@ -90,6 +96,13 @@ def build_processor(family: str, out: Path) -> Path:
             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
         processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
                                     tokenizer=tokenizer, image_seq_length=4)
+    elif family == "pixtral":  # the image processor, the tokenizer and the settings: PixtralProcessor needs torchvision
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+        tokenizer.add_special_tokens({"additional_special_tokens": [value for key, value in PIXTRAL.items()
+                                                                    if key.endswith("token")]})
+        tokenizer.save_pretrained(out)
+        processor = PixtralImageProcessorPil(size={"longest_edge": 112}, patch_size={"height": 14, "width": 14})
+        (out / "processor_config.json").write_text(json.dumps({"processor_class": "PixtralProcessor", **PIXTRAL}))
     else:  # the image processor and tokenizer alone: a Qwen-VL processor needs torchvision
         processor = AutoTokenizer.from_pretrained(TOKENIZER)
         processor.add_special_tokens({"additional_special_tokens": QWEN_TOKENS})
@@ -102,9 +115,12 @@ def build_processor(family: str, out: Path) -> Path:
 def load_processor(family: str, folder: Path, settings: dict) -> object:
     """The processor as a plugin reads it; LLaMA-Factory's settings set as attributes, as its `patch_processor`
     does (tuneline's plugins take them as `MediaSettings` and ignore the attributes)."""
-    from transformers import AutoProcessor, AutoTokenizer, Qwen2VLImageProcessorPil
+    from transformers import AutoProcessor, AutoTokenizer, PixtralImageProcessorPil, Qwen2VLImageProcessorPil
 
-    if family.startswith("qwen"):  # named: transformers 5.6's AutoImageProcessor refuses to load without torchvision
+    if family == "pixtral":  # its settings as attributes, as on PixtralProcessor
+        processor = SimpleNamespace(image_processor=PixtralImageProcessorPil.from_pretrained(folder),
+                                    tokenizer=AutoTokenizer.from_pretrained(folder), **PIXTRAL)
+    elif family.startswith("qwen"):  # named: transformers 5.6's AutoImageProcessor refuses to load without torchvision
         image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
         processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
                                     tokenizer=AutoTokenizer.from_pretrained(folder),

@@ -280,6 +280,8 @@ TEMPLATES.update({name: dataclasses.replace(TEMPLATES[text], name=name, mm_plugi
                   LLAVA_NEXT_TEXT.items()})
 TEMPLATES["llava_next_qwen"] = dataclasses.replace(TEMPLATES["llava_next_qwen"],
                                                    default_system="You are a helpful assistant.")
+# Pixtral: Ministral's text turns around Pixtral's rows of image patches
+TEMPLATES["pixtral"] = dataclasses.replace(TEMPLATES["ministral"], name="pixtral", mm_plugin="pixtral")
 
 AUTO = ("auto", None, "")
 VISION = sorted(name for name, template in TEMPLATES.items() if template.mm_plugin)

@@ -42,7 +42,6 @@ UNBUILT: dict[str, Unbuilt] = {
     "ministral3": Unbuilt("Ministral 3", IMAGES, "ministral"),
     "paligemma": Unbuilt("PaliGemma", IMAGES, None),
     "paligemma_chat": Unbuilt("PaliGemma (chat)", IMAGES, None),
-    "pixtral": Unbuilt("Pixtral", IMAGES, "ministral"),
     "qwen2_audio": Unbuilt("Qwen2-Audio", AUDIO, None),
     "qwen2_omni": Unbuilt("Qwen2.5-Omni", OMNI, "qwen2_vl"),
     "qwen3_omni": Unbuilt("Qwen3-Omni", OMNI, "qwen3"),

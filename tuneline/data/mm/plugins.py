@@ -334,6 +334,8 @@ def _size_field(size: Any, key: str) -> int | None:
     return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
 
 
+from tuneline.data.mm.pixtral import PixtralPlugin  # noqa: E402  (a family module extends MMPlugin, above)
+
 PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     MMPlugin(),
     LlavaPlugin("llava", image_token="<image>"),
@@ -341,6 +343,7 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     Gemma3Plugin("gemma3", image_token="<image_soft_token>"),
     Qwen2VLPlugin("qwen2_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
     Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
+    PixtralPlugin("pixtral", image_token="[IMG]"),
 )}
 
 
