@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl).
+qwen3_vl, pixtral).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuneline.demo import tiny_pixtral
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -232,6 +233,12 @@ VLM_PRESETS: dict[str, VisionFamily] = {
     "qwen3_vl": VisionFamily(
         _qwen3_vl_config, _qwen_processor("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
         chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
+    # Ministral's "[INST]...[/INST]" turns, each answer closed by the end-of-sequence token
+    "pixtral": VisionFamily(
+        tiny_pixtral.pixtral_config, tiny_pixtral.save_pixtral_processor,
+        chat_template("('[INST]' if role == 'user' else '')", "'[/INST]'", "'[IMG]'", end_answer="eos_token",
+                      bos=True),
+        tokens=tiny_pixtral.PIXTRAL_TOKENS, named=tiny_pixtral.PIXTRAL_NAMED),
 }
 
 
