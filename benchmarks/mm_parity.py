@@ -2,10 +2,10 @@
 `python benchmarks/mm_parity.py --llamafactory-python /work/main/.venv-peer/bin/python [--snapshot]`.
 
 Builds a tiny processor per family offline (tests/fixtures/parity_tokenizer with the family's special tokens, and a
-small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's, Pixtral's), saves
-each to
-a folder both environments load, and runs LLaMA-Factory's plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's
-(`expand_messages`, `batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
+small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's, Pixtral's,
+PaliGemma's SigLIP one), saves each to a folder both environments load, and runs LLaMA-Factory's plugin
+(`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's (`expand_messages`, `add_media_ids`,
+`batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
 `image_max_pixels` that shrinks the images, an `image_min_pixels` that grows them). It prints, per family and
 setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
 "N of M jobs identical".
@@ -44,7 +44,7 @@ SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
-    "pixtral": "pixtral",
+    "pixtral": "pixtral", "paligemma": "paligemma",
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -74,8 +74,10 @@ def build_processor(family: str, out: Path) -> Path:
         LlavaNextImageProcessorPil,
         LlavaNextProcessor,
         LlavaProcessor,
+        PaliGemmaProcessor,
         PixtralImageProcessorPil,
         Qwen2VLImageProcessorPil,
+        SiglipImageProcessorPil,
     )
 
     if family == "llava":
@@ -96,6 +98,10 @@ def build_processor(family: str, out: Path) -> Path:
             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
         processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
                                     tokenizer=tokenizer, image_seq_length=4)
+    elif family == "paligemma":  # 56-pixel images in 14-pixel patches: 16 image tokens before each row
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={"image_token": "<image>"})
+        image_processor = SiglipImageProcessorPil(size={"height": 56, "width": 56}, image_seq_length=16)
+        processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)
     elif family == "pixtral":  # the image processor, the tokenizer and the settings: PixtralProcessor needs torchvision
         tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
         tokenizer.add_special_tokens({"additional_special_tokens": [value for key, value in PIXTRAL.items()
@@ -228,6 +234,7 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
         for row in demo_rows():
             messages = plugin.expand_messages(row["messages"], row["images"], [], processor, settings)
             ids = encode_row(processor.tokenizer, messages)
+            ids, _ = plugin.add_media_ids(ids, None, row["images"], [], processor)
             inputs = plugin.batch_inputs(row["images"], [], [ids], processor, settings)
             regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
                                             plugin.qwen_sizes) for image in row["images"]]

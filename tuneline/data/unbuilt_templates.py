@@ -40,8 +40,6 @@ UNBUILT: dict[str, Unbuilt] = {
     "minicpm_v_4_6": Unbuilt("MiniCPM-V 4.6", VIDEOS, None),
     "minicpm_o": Unbuilt("MiniCPM-o", OMNI, None),
     "ministral3": Unbuilt("Ministral 3", IMAGES, "ministral"),
-    "paligemma": Unbuilt("PaliGemma", IMAGES, None),
-    "paligemma_chat": Unbuilt("PaliGemma (chat)", IMAGES, None),
     "qwen2_audio": Unbuilt("Qwen2-Audio", AUDIO, None),
     "qwen2_omni": Unbuilt("Qwen2.5-Omni", OMNI, "qwen2_vl"),
     "qwen3_omni": Unbuilt("Qwen3-Omni", OMNI, "qwen3"),

@@ -130,6 +130,8 @@ class Chat:
         if self.vision is not None:  # placeholders checked even without images: a stray one is no image token
             messages = self.vision.expand_safely(with_placeholders(messages, len(images)), images)
         prompt = self._prompt(messages, system, tools)
+        if self.vision is not None:  # media tokens the model takes at the token level (PaliGemma's, before the text)
+            prompt, _ = self.vision.media.add_media_ids(prompt, None, images, [])
         return prompt, self.vision.pixel_inputs(prompt, images) if images else None, tools
 
     def read_answer(self, ids: list[int], tools: str | None) -> Answer:

@@ -55,6 +55,13 @@ class MMPlugin:
             expanded.append({**message, "content": content})
         return expanded
 
+    def add_media_ids(self, ids: list[int], labels: list[int] | None, images: list, videos: list,
+                      processor: Any) -> tuple[list[int], list[int] | None]:
+        """A row's encoded ids (and labels, when given) with the media tokens a model takes at the token level rather
+        than in the text (PaliGemma's, before everything); the encoder hands every row's ids through here. Most
+        models' tokens are in the text (`expand_messages`): the ids come back as they are."""
+        return ids, labels
+
     def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]], processor: Any,
                      settings: MediaSettings = MediaSettings()) -> dict[str, Any]:
         """The model's vision inputs for a batch: all its images, then all its videos, in row order;
@@ -334,7 +341,8 @@ def _size_field(size: Any, key: str) -> int | None:
     return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
 
 
-from tuneline.data.mm.pixtral import PixtralPlugin  # noqa: E402  (a family module extends MMPlugin, above)
+from tuneline.data.mm.paligemma import PaliGemmaPlugin  # noqa: E402  (family modules extend MMPlugin, above)
+from tuneline.data.mm.pixtral import PixtralPlugin  # noqa: E402
 
 PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     MMPlugin(),
@@ -344,6 +352,7 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     Qwen2VLPlugin("qwen2_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
     Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
     PixtralPlugin("pixtral", image_token="[IMG]"),
+    PaliGemmaPlugin("paligemma", image_token="<image>"),
 )}
 
 

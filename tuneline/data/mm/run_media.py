@@ -29,6 +29,9 @@ class RunMedia:
     def expand(self, messages: list[dict], images: list, videos: list) -> list[dict]:
         return self.plugin.expand_messages(messages, images, videos, self.processor, self.settings)
 
+    def add_media_ids(self, ids: list[int], labels: list[int] | None, images: list, videos: list):
+        return self.plugin.add_media_ids(ids, labels, images, videos, self.processor)
+
     def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]]) -> dict[str, Any]:
         return self.plugin.batch_inputs(images, videos, batch_ids, self.processor, self.settings)
 
