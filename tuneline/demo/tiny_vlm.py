@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl, pixtral).
+qwen3_vl, pixtral, paligemma).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuneline.demo import tiny_pixtral
+from tuneline.demo import tiny_paligemma, tiny_pixtral
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -239,6 +239,11 @@ VLM_PRESETS: dict[str, VisionFamily] = {
         chat_template("('[INST]' if role == 'user' else '')", "'[/INST]'", "'[IMG]'", end_answer="eos_token",
                       bos=True),
         tokens=tiny_pixtral.PIXTRAL_TOKENS, named=tiny_pixtral.PIXTRAL_NAMED),
+    # the prompt on its own line after the beginning of sequence (its processor puts the images before that)
+    "paligemma": VisionFamily(
+        tiny_paligemma.paligemma_config, tiny_paligemma.save_paligemma_processor,
+        chat_template("''", "''", "'<image>'", end_answer="eos_token", bos=True),
+        tokens=tiny_paligemma.PALIGEMMA_TOKENS, named=tiny_paligemma.PALIGEMMA_NAMED),
 }
 
 

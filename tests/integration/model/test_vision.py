@@ -10,7 +10,7 @@ from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.model.vision import COMPOSITE_MODELS, in_part
 
-PRESETS = ["gemma3", "llava", "qwen2_vl", "qwen3_vl"]
+PRESETS = ["gemma3", "llava", "paligemma", "qwen2_vl", "qwen3_vl"]
 UNFROZEN = {"freeze_vision_tower": False, "freeze_multi_modal_projector": False}
 
 
