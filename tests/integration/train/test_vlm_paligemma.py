@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import MLLM_DATA, FirstBatch, vlm_config
+from tests.support.training import MLLM_DATA, FirstBatch, assert_pixels_reach_forward, vlm_config
 
 
 @pytest.mark.parametrize("template", ["paligemma", "paligemma_chat"])
 def test_paligemma_trains_with_its_images_before_the_text(tiny_vlm, tmp_path, template):
-    import torch
     from transformers import AutoProcessor
 
-    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data import build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
-    from tuneline.model import load_model, load_tokenizer
+    from tuneline.model import load_tokenizer
     from tuneline.train.sft import run
 
     config = vlm_config(tiny_vlm, tmp_path, "paligemma", dataset="mllm_demo", dataset_dir=str(MLLM_DATA), val_size=2,
@@ -41,10 +40,4 @@ def test_paligemma_trains_with_its_images_before_the_text(tiny_vlm, tmp_path, te
     for folder in (out, out / "checkpoint-1", out / "checkpoint-2"):
         assert AutoProcessor.from_pretrained(folder).image_seq_length == 16, folder
 
-    media = dataset_media(config, tokenizer, [train])
-    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
-    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
-    with torch.no_grad():
-        seen = model(**inputs).loss
-        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
-    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+    assert_pixels_reach_forward(config, tokenizer, dataset_media(config, tokenizer, [train]), [train[0], train[1]], out)
