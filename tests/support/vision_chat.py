@@ -15,6 +15,7 @@ PROMPTS = {"gemma3": "<|bos|><start_of_turn>user\n<start_of_image>{}<end_of_turn
            "llava": ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
                      "helpful, detailed, and polite answers to the user's questions.USER: <image>{} ASSISTANT:")}
 PROMPTS["llava_next"] = PROMPTS["llava"]  # the same vicuna turns
+PROMPTS["paligemma"] = "<image>{}"  # the processor puts the image tokens, then the beginning of sequence, before it
 
 
 def noise_image(folder, seed: int):
@@ -38,6 +39,8 @@ def processor_answer(model_dir, preset: str, image_path, question: str = QUESTIO
     image = Image.open(image_path).convert("RGB")
     inputs = processor(text=PROMPTS[preset].format(question), images=[image], return_tensors="pt",
                        add_special_tokens=False)
+    if preset == "paligemma":  # the prompt's text marked 1, as training marks it (PaliGemma's processor marks it 0)
+        inputs["token_type_ids"] = (inputs["input_ids"] != processor.image_token_id).long()
     with torch.no_grad():
         out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
     answer = out[0, inputs["input_ids"].shape[1]:].tolist()
