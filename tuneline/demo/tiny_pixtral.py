@@ -8,35 +8,33 @@ half (`tuneline.model.pixtral_processor`) where it does not."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 PIXTRAL_TOKENS = ("[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]")
 PIXTRAL_NAMED = {"image_token": "[IMG]"}
 
 
-def pixtral_config(tokenizer):
-    """Images up to 32 pixels a side in 8-pixel patches: up to 4 x 4 image tokens, the tower's rotary grid as big."""
+def pixtral_config(tokenizer, text_config: Callable, vision: dict):
+    """The tiny presets' text model (`text_config(tokenizer, **changes)`) as Mistral, seeing through a Pixtral tower
+    of the presets' `vision` sizes: images up to `image_size` a side, the tower's rotary grid as big."""
     from transformers import LlavaConfig
 
-    from tuneline.demo.tiny_vlm import IMAGE_SIZE, PATCH_SIZE, VISION_SIZES, _text_config
-
-    vision = {"model_type": "pixtral", **VISION_SIZES, "head_dim": VISION_SIZES["hidden_size"] // 2,
-              "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE}
-    return LlavaConfig(text_config={"model_type": "mistral", **_text_config(tokenizer, head_dim=16)},
-                       vision_config=vision, image_token_id=tokenizer.image_token_id, vision_feature_layer=-1,
+    tower = {"model_type": "pixtral", **vision, "head_dim": vision["hidden_size"] // 2}
+    return LlavaConfig(text_config={"model_type": "mistral", **text_config(tokenizer, head_dim=16)},
+                       vision_config=tower, image_token_id=tokenizer.image_token_id, vision_feature_layer=-1,
                        vision_feature_select_strategy="full", projector_hidden_act="gelu")
 
 
-def save_pixtral_processor(tokenizer, folder: Path) -> None:
+def save_pixtral_processor(tokenizer, folder: Path, vision: dict) -> None:
     """processor_config.json as PixtralProcessor saves it, written without building it (it needs torchvision)."""
     from transformers import PixtralImageProcessorPil
 
-    from tuneline.demo.tiny_vlm import IMAGE_SIZE, PATCH_SIZE
-
-    images = PixtralImageProcessorPil(size={"longest_edge": IMAGE_SIZE},
-                                      patch_size={"height": PATCH_SIZE, "width": PATCH_SIZE}).to_dict()
+    patch = vision["patch_size"]
+    images = PixtralImageProcessorPil(size={"longest_edge": vision["image_size"]},
+                                      patch_size={"height": patch, "width": patch}).to_dict()
     images["image_processor_type"] = "PixtralImageProcessor"
-    config = {"processor_class": "PixtralProcessor", "image_processor": images, "patch_size": PATCH_SIZE,
+    config = {"processor_class": "PixtralProcessor", "image_processor": images, "patch_size": patch,
               "spatial_merge_size": 1, "image_token": "[IMG]", "image_break_token": "[IMG_BREAK]",
               "image_end_token": "[IMG_END]"}
     tokenizer.save_pretrained(folder)

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tuneline.demo import tiny_paligemma, tiny_pixtral
@@ -24,6 +25,7 @@ IMAGE_SIZE, PATCH_SIZE = 32, 8  # 4 x 4 patches per image
 TEXT_SIZES = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "max_position_embeddings": MAX_LENGTH, "initializer_range": 64**-0.5}
 VISION_SIZES = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
+TOWER = {**VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE}  # for the families in modules of their own
 # Qwen resizes each image to a pixel count in [min, max], in multiples of patch x merge (16): 2 x 2 to 4 x 4 tokens.
 QWEN_PIXELS = {"shortest_edge": 16 * 16, "longest_edge": IMAGE_SIZE * IMAGE_SIZE * 4}
 # Qwen's text rotary halves (8 per head of 16) split over time, height and width.
@@ -235,13 +237,15 @@ VLM_PRESETS: dict[str, VisionFamily] = {
         chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
     # Ministral's "[INST]...[/INST]" turns, each answer closed by the end-of-sequence token
     "pixtral": VisionFamily(
-        tiny_pixtral.pixtral_config, tiny_pixtral.save_pixtral_processor,
+        partial(tiny_pixtral.pixtral_config, text_config=_text_config, vision=TOWER),
+        partial(tiny_pixtral.save_pixtral_processor, vision=TOWER),
         chat_template("('[INST]' if role == 'user' else '')", "'[/INST]'", "'[IMG]'", end_answer="eos_token",
                       bos=True),
         tokens=tiny_pixtral.PIXTRAL_TOKENS, named=tiny_pixtral.PIXTRAL_NAMED),
     # the prompt on its own line after the beginning of sequence (its processor puts the images before that)
     "paligemma": VisionFamily(
-        tiny_paligemma.paligemma_config, tiny_paligemma.save_paligemma_processor,
+        partial(tiny_paligemma.paligemma_config, text_config=_text_config, vision=TOWER),
+        partial(tiny_paligemma.save_paligemma_processor, vision=TOWER),
         chat_template("''", "''", "'<image>'", end_answer="eos_token", bos=True),
         tokens=tiny_paligemma.PALIGEMMA_TOKENS, named=tiny_paligemma.PALIGEMMA_NAMED),
 }

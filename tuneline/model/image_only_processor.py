@@ -41,29 +41,28 @@ class ImageOnlyProcessor:
 
 
 def load_image_only_processor(model_args, model_config, hub_kwargs: dict, error: ImportError) -> ImageOnlyProcessor:
-    """The image half of a Qwen-VL model's processor (or a Pixtral one's, `tuneline.model.pixtral_processor`);
-    `error` (the full processor's ImportError) is raised as a UserError for any other model, whose processor has no
-    image-only use."""
+    """The image half of a Qwen-VL model's processor; `error` (the full processor's ImportError) is raised as a
+    UserError for any other model, whose processor has no image-only use."""
     from transformers import AutoImageProcessor, AutoTokenizer
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
-    from transformers.utils import cached_file
-
-    from tuneline.model.pixtral_processor import has_pixtral_tower, pixtral_image_only
 
     name = model_args.model_name_or_path
-    pixtral = has_pixtral_tower(model_config)
-    if model_config.model_type not in IMAGE_ONLY_TYPES and not pixtral:
+    if model_config.model_type not in IMAGE_ONLY_TYPES:
         raise UserError(f"the processor of '{name}' needs torchvision, which is not installed or does not load beside "
                         f"this torch ({str(error).strip().splitlines()[0]}); install the torchvision build that "
                         "matches your torch") from None
     image_processor = AutoImageProcessor.from_pretrained(name, **hub_kwargs)
     tokenizer = AutoTokenizer.from_pretrained(name, use_fast=model_args.use_fast_tokenizer, **hub_kwargs)
-    files = {file: path for file in PROCESSOR_FILES
-             if (path := cached_file(name, file, _raise_exceptions_for_missing_entries=False, **hub_kwargs))}
-    if pixtral:
-        return pixtral_image_only(image_processor, tokenizer, files)
     processor_class = PROCESSOR_MAPPING[type(model_config)]
     names = list(tokenizer.model_input_names) + list(image_processor.model_input_names)
     if getattr(processor_class, "return_mm_token_type_ids", False):  # the full processor's own addition
         names.append("mm_token_type_ids")
-    return ImageOnlyProcessor(image_processor, tokenizer, names, files)
+    return ImageOnlyProcessor(image_processor, tokenizer, names, processor_files(name, hub_kwargs))
+
+
+def processor_files(name: str, hub_kwargs: dict) -> dict[str, str]:
+    """The model's own processor files (`PROCESSOR_FILES`) that it has: file name -> local path."""
+    from transformers.utils import cached_file
+
+    return {file: path for file in PROCESSOR_FILES
+            if (path := cached_file(name, file, _raise_exceptions_for_missing_entries=False, **hub_kwargs))}

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuneline.model.image_only_processor import ImageOnlyProcessor
+from tuneline.model.image_only_processor import ImageOnlyProcessor, processor_files
 
 # PixtralProcessor's own defaults, for a processor_config.json that leaves a setting out
 PIXTRAL_DEFAULTS = {"patch_size": 16, "spatial_merge_size": 1, "image_token": "[IMG]",
@@ -35,10 +35,17 @@ def has_pixtral_tower(model_config) -> bool:
     return getattr(getattr(model_config, "vision_config", None), "model_type", None) == "pixtral"
 
 
-def pixtral_image_only(image_processor, tokenizer, processor_files: dict[str, str]) -> PixtralImageOnlyProcessor:
-    """The processor from its parts: the settings come from the model's processor_config.json."""
-    path = processor_files.get("processor_config.json")
+def load_pixtral_image_only(model_args, hub_kwargs: dict) -> PixtralImageOnlyProcessor:
+    """The processor from its parts: the image processor, the tokenizer, and the settings of the model's
+    processor_config.json."""
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    name = model_args.model_name_or_path
+    image_processor = AutoImageProcessor.from_pretrained(name, **hub_kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(name, use_fast=model_args.use_fast_tokenizer, **hub_kwargs)
+    files = processor_files(name, hub_kwargs)
+    path = files.get("processor_config.json")
     settings = json.loads(Path(path).read_text()) if path else {}
     names = list(tokenizer.model_input_names) + list(image_processor.model_input_names)
-    return PixtralImageOnlyProcessor(image_processor, tokenizer, names, processor_files,
+    return PixtralImageOnlyProcessor(image_processor, tokenizer, names, files,
                                      **{key: settings.get(key, value) for key, value in PIXTRAL_DEFAULTS.items()})

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tuneline.data.mm.base_plugin import MMPlugin
 from tuneline.data.mm.pixels import MediaSettings
-from tuneline.data.mm.plugins import MMPlugin
 
 IGNORE = -100
 

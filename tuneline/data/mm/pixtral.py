@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tuneline.data.mm.base_plugin import MMPlugin
 from tuneline.data.mm.pixels import MediaSettings, image_size
-from tuneline.data.mm.plugins import MMPlugin
 
 
 @dataclass(frozen=True)
