@@ -24,6 +24,9 @@ crops. LLaMA-Factory 0.9.5 reads image i's crop count as `num_crops[0][i]` (one 
 transformers 5.6's Gemma 3 image processor returns one flat list, on which that fails (IndexError: pan and scan does
 not run in LLaMA-Factory 0.9.5 as installed): its side gets `nest_crop_counts`, which hands the plugin the nesting
 it indexes and leaves the pixels alone.
+
+PaliGemma's images are placed on the token ids (before the beginning of sequence) and count against `cutoff_len`
+first: its whole sft encoding on the tiny paligemma is compared too, whole and cut at 40 tokens (`ENCODING_JOBS`).
 """
 
 from __future__ import annotations
@@ -247,24 +250,31 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
 
 ENCODING_SETTINGS = PAN_AND_SCAN_SETTINGS["pan_and_scan_grow"]
 ENCODING_KEYS = {"stage": "sft", "dataset": "mllm_demo", "template": "gemma3", "cutoff_len": 2048}
+# job -> (tiny preset, the run's keys): whole sft encodings; PaliGemma's images are placed on the token ids (before the
+# beginning of sequence) and count against cutoff_len first: whole, and cut at 40 tokens (16 an image, then the turns)
+PALIGEMMA_KEYS = {"stage": "sft", "dataset": "mllm_demo", "template": "paligemma", "cutoff_len": 2048}
+ENCODING_JOBS = {ENCODING_JOB: ("gemma3", {**ENCODING_KEYS, **ENCODING_SETTINGS}),
+                 "tiny_paligemma/sft": ("paligemma", PALIGEMMA_KEYS),
+                 "tiny_paligemma/cutoff_len_40": ("paligemma", {**PALIGEMMA_KEYS, "cutoff_len": 40})}
 
 LLAMAFACTORY_ENCODING = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-model, out = sys.argv[2], sys.argv[3]
+model, out, keys = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
 os.environ["DISABLE_VERSION_CHECK"] = "1"
-from mm_parity import DEMO, ENCODING_KEYS, ENCODING_SETTINGS, encoded_row, nest_crop_counts, vocab_digest
+from mm_parity import DEMO, encoded_row, nest_crop_counts, vocab_digest
 from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
 from llamafactory.hparams import get_train_args
 from llamafactory.model import load_tokenizer
 
 args = dict(model_name_or_path=model, do_train=True, dataset_dir=str(DEMO), output_dir=out + "/o",
-            overwrite_cache=True, finetuning_type="lora", report_to="none", **ENCODING_KEYS, **ENCODING_SETTINGS)
+            overwrite_cache=True, finetuning_type="lora", report_to="none", **keys)
 model_args, data_args, training_args, _, _ = get_train_args(args)
 tokenizer_module = load_tokenizer(model_args)
 vocab = vocab_digest(tokenizer_module["tokenizer"])
-nest_crop_counts(tokenizer_module["processor"])
+if keys.get("image_do_pan_and_scan"):
+    nest_crop_counts(tokenizer_module["processor"])
 template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
 train = get_dataset(template, model_args, data_args, training_args, "sft", **tokenizer_module)["train_dataset"]
 collator = SFTDataCollatorWith4DAttentionMask(template=template, label_pad_token_id=-100, **tokenizer_module)
@@ -285,8 +295,9 @@ def encoded_row(row: dict, batch: dict) -> dict:
             "inputs": {key: summarize(batch[key]) for key in ("pixel_values", "token_type_ids")}}
 
 
-def tuneline_encoding(model: Path, work: Path) -> dict:
-    """tuneline's side of `ENCODING_JOB`: the build-dataset step's rows and the training collator's batches."""
+def tuneline_encoding(model: Path, work: Path, keys: dict = ENCODING_JOBS[ENCODING_JOB][1]) -> dict:
+    """tuneline's side of an encoding job (`ENCODING_JOBS`): the build-dataset step's rows and the training
+    collator's batches."""
     from tuneline.config import load_config
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
@@ -294,7 +305,7 @@ def tuneline_encoding(model: Path, work: Path) -> dict:
 
     config = load_config(overrides={"model_name_or_path": str(model), "dataset_dir": str(DEMO),
                                     "output_dir": str(work / "out"), "pipeline_cache_dir": str(work / "cache"),
-                                    **ENCODING_KEYS, **ENCODING_SETTINGS}, check_paths=False)
+                                    **keys}, check_paths=False)
     train = load_processed(build_dataset(config))["train"]
     tokenizer = load_tokenizer(config.model)
     collator = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))
@@ -341,16 +352,17 @@ def same_summary(mine, other, tolerance: float = 1e-4) -> bool:
     return all(abs(a - b) <= tolerance * max(1.0, abs(b)) for a, b in numbers)
 
 
-def encodings(python: str, work: Path) -> tuple[dict, dict]:
-    """LLaMA-Factory's and tuneline's `ENCODING_JOB` on one tiny gemma3."""
+def encodings(python: str, work: Path, job: str) -> tuple[dict, dict]:
+    """LLaMA-Factory's and tuneline's encoding job `job` (`ENCODING_JOBS`) on its tiny preset."""
     from tuneline.demo.tiny_vlm import build_tiny_vlm
 
-    model = build_tiny_vlm(work / "tiny_gemma3", "gemma3")
+    preset, keys = ENCODING_JOBS[job]
+    model = build_tiny_vlm(work / f"tiny_{preset}", preset)
     done = subprocess.run([python, "-c", LLAMAFACTORY_ENCODING, str(Path(__file__).parent), str(model),
-                           str(work / "llamafactory")], capture_output=True, text=True)
+                           str(work / "llamafactory"), json.dumps(keys)], capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"LLaMA-Factory's encoding failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1]), tuneline_encoding(model, work)
+    return json.loads(done.stdout.strip().splitlines()[-1]), tuneline_encoding(model, work, keys)
 
 
 def parity_args(description: str, snapshot: Path) -> argparse.Namespace:
@@ -381,11 +393,12 @@ def write_snapshot(snapshot: Path, theirs: dict) -> None:
 def main() -> None:
     args = parity_args(__doc__.splitlines()[0], SNAPSHOT)
     theirs, ours = both_sides(args.llamafactory_python, LLAMAFACTORY_SIDE, build_processor, FAMILIES, tuneline_side)
-    with tempfile.TemporaryDirectory() as work:
-        theirs[ENCODING_JOB], ours[ENCODING_JOB] = encodings(args.llamafactory_python, Path(work))
+    for job in ENCODING_JOBS:
+        with tempfile.TemporaryDirectory() as work:
+            theirs[job], ours[job] = encodings(args.llamafactory_python, Path(work), job)
     identical = close = 0
     for job, rows in theirs.items():
-        if job == ENCODING_JOB:
+        if job in ENCODING_JOBS:
             difference = encoding_difference(ours[job], rows)
             identical += difference is None
             print(f"{job} (dataset input_ids and labels, batch pixel_values and token_type_ids): "
