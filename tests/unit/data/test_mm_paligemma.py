@@ -28,9 +28,11 @@ def processor(tmp_path_factory):
     return BENCH.load_processor("paligemma", folder, {})
 
 
-def encoder(processor, stage: str = "sft", template: str = "paligemma", cutoff_len: int = 1024, **limits) -> Encoder:
+def encoder(processor, stage: str = "sft", template: str = "paligemma", cutoff_len: int = 1024,
+            mask_history: bool = False, **limits) -> Encoder:
     media = RunMedia(get_mm_plugin("paligemma"), processor, MediaSettings(**limits))
-    return Encoder(processor.tokenizer, TEMPLATES[template], stage, cutoff_len, media=media)
+    return Encoder(processor.tokenizer, TEMPLATES[template], stage, cutoff_len, mask_history=mask_history,
+                   media=media)
 
 
 def batch(prompt: str, images: list, *answers: str) -> dict[str, list]:
@@ -101,3 +103,19 @@ def test_paligemma_templates_are_llamafactorys():
     assert dataclasses.replace(chat, name="gemma", mm_plugin=None, system=TEMPLATES["gemma"].system) == TEMPLATES["gemma"]
     assert {TEMPLATES[name].mm_plugin for name in ("paligemma", "paligemma_chat")} == {"paligemma"}
     assert {"paligemma", "paligemma_chat"} <= set(VISION) and chat.system is None
+
+
+def test_mask_history_keeps_the_images_in_front(processor):
+    """With mask_history the last turn gets the budget first and only it is trained on; the images stay before
+    everything (LLaMA-Factory 0.9.5 builds the turns in front of them, leaving them behind the text)."""
+    rows = batch("<image>Who?", [WIDE], "Him.")
+    rows["_prompt"] = [[{"role": "user", "content": "<image>Who?"}, {"role": "assistant", "content": "Him."},
+                        {"role": "user", "content": "And now?"}]]
+    rows["_response"] = [[{"role": "assistant", "content": "Still him."}]]
+    plain, masked = (encoder(processor, mask_history=flag) for flag in (False, True))
+    ids, labels = (masked(rows)[key][0] for key in ("input_ids", "labels"))
+    assert ids == plain(rows)["input_ids"][0] and ids[:17] == [processor.image_token_id] * 16 + [
+        processor.tokenizer.bos_token_id]
+    answer = processor.tokenizer("Still him.", add_special_tokens=False)["input_ids"]
+    trained = [label for label in labels if label != IGNORE]
+    assert trained[:len(answer)] == answer and len(trained) < len([x for x in plain(rows)["labels"][0] if x != IGNORE])
