@@ -8,12 +8,8 @@ chat uses training's marks, and so does the reference answer."""
 
 from __future__ import annotations
 
-import shutil
-
-import yaml
-
 from cli.main import run
-from tests.support.vision_chat import MLLM_DATA, QUESTION, noise_image, processor_answer
+from tests.support.vision_chat import QUESTION, noise_image, processor_answer, vlm_chat_config
 
 
 def test_paligemma_chat_prompts_as_its_processor_does(tiny_vlm, tmp_path, capsys):
@@ -24,13 +20,7 @@ def test_paligemma_chat_prompts_as_its_processor_does(tiny_vlm, tmp_path, capsys
     from tuneline.config import load_config
     from tuneline.serving.chat import Chat
 
-    out = shutil.copytree(tiny_vlm("paligemma"), tmp_path / "out")
-    (out / "run.json").write_text('{"status": "complete"}')
-    path = tmp_path / "chat.yaml"
-    path.write_text(yaml.safe_dump({"model_name_or_path": str(tiny_vlm("paligemma")), "stage": "sft",
-                                    "finetuning_type": "full", "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
-                                    "template": "paligemma", "output_dir": str(out), "do_sample": False,
-                                    "max_new_tokens": 6}))
+    path, out = vlm_chat_config(tiny_vlm, tmp_path, "paligemma")
     image = noise_image(tmp_path, 0)
     chat = Chat(load_config(str(path)), tmp_path, images=True)
     prompt, row_inputs, _ = chat.prepare([{"role": "user", "content": QUESTION}], images=[str(image)])

@@ -8,12 +8,9 @@ it (a row of `[IMG]` per patch row, `[IMG_BREAK]` between rows, `[IMG_END]` last
 from __future__ import annotations
 
 import json
-import shutil
-
-import yaml
 
 from cli.main import run
-from tests.support.vision_chat import MLLM_DATA, QUESTION, noise_image
+from tests.support.vision_chat import QUESTION, noise_image, vlm_chat_config
 
 
 def generated_answer(model_dir, image_path) -> str:
@@ -35,13 +32,7 @@ def generated_answer(model_dir, image_path) -> str:
 
 
 def test_pixtral_chat_answers_from_the_pixels_as_generate_does(tiny_vlm, tmp_path, capsys):
-    out = shutil.copytree(tiny_vlm("pixtral"), tmp_path / "out")
-    (out / "run.json").write_text('{"status": "complete"}')
-    path = tmp_path / "chat.yaml"
-    path.write_text(yaml.safe_dump({"model_name_or_path": str(tiny_vlm("pixtral")), "stage": "sft",
-                                    "finetuning_type": "full", "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
-                                    "template": "pixtral", "output_dir": str(out), "do_sample": False,
-                                    "max_new_tokens": 6}))
+    path, out = vlm_chat_config(tiny_vlm, tmp_path, "pixtral")
     answers = []
     for seed in (0, 1):
         image = noise_image(tmp_path, seed)

@@ -18,6 +18,23 @@ PROMPTS["llava_next"] = PROMPTS["llava"]  # the same vicuna turns
 PROMPTS["paligemma"] = "<image>{}"  # the processor puts the image tokens, then the beginning of sequence, before it
 
 
+def vlm_chat_config(tiny_vlm, root, preset: str):
+    """A config whose output_dir holds a finished full training of the tiny model (its own files stand for it)."""
+    import json
+    import shutil
+
+    import yaml
+
+    out = shutil.copytree(tiny_vlm(preset), root / f"{preset}-out")
+    (out / "run.json").write_text(json.dumps({"status": "complete"}))
+    config = {"model_name_or_path": str(tiny_vlm(preset)), "stage": "sft", "finetuning_type": "full",
+              "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
+              "template": preset, "output_dir": str(out), "do_sample": False, "max_new_tokens": 6}
+    path = root / f"{preset}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, out
+
+
 def noise_image(folder, seed: int):
     """A 32 x 32 PNG of random pixels (the tiny models' own size: nothing is resized before the processor)."""
     import numpy as np
