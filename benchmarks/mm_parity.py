@@ -2,15 +2,17 @@
 `python benchmarks/mm_parity.py --llamafactory-python /work/main/.venv-peer/bin/python [--snapshot]`.
 
 Builds a tiny processor per family offline (tests/fixtures/parity_tokenizer with the family's special tokens, and a
-small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's), saves each to
-a folder both environments load, and runs LLaMA-Factory's plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's
-(`expand_messages`, `batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
+small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's, Pixtral's,
+PaliGemma's SigLIP one), saves each to a folder both environments load, and runs LLaMA-Factory's plugin
+(`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's (`expand_messages`, `add_media_ids`,
+`batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
 `image_max_pixels` that shrinks the images, an `image_min_pixels` that grows them). It prints, per family and
 setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
 "N of M jobs identical".
 
 Qwen2-VL/Qwen3-VL processors need a video processor, which needs torchvision: both sides get the Qwen2-VL image
 processor and the tokenizer alone, in a plain object where the processor would be (the plugins only read attributes).
+PixtralProcessor needs torchvision too: both sides get its PIL image processor, the tokenizer and its settings so.
 `--snapshot` writes LLaMA-Factory's results (texts, ids, tensor summaries) to tests/fixtures/llamafactory/0.9.5/
 mm_parity.json.xz for tests/integration/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
 
@@ -22,6 +24,9 @@ crops. LLaMA-Factory 0.9.5 reads image i's crop count as `num_crops[0][i]` (one 
 transformers 5.6's Gemma 3 image processor returns one flat list, on which that fails (IndexError: pan and scan does
 not run in LLaMA-Factory 0.9.5 as installed): its side gets `nest_crop_counts`, which hands the plugin the nesting
 it indexes and leaves the pixels alone.
+
+PaliGemma's images are placed on the token ids (before the beginning of sequence) and count against `cutoff_len`
+first: its whole sft encoding on the tiny paligemma is compared too, whole and cut at 40 tokens (`ENCODING_JOBS`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
+    "pixtral": "pixtral", "paligemma": "paligemma",
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -57,6 +63,8 @@ PAN_AND_SCAN_SETTINGS = {  # gemma3 only: the key is Gemma 3's
 ENCODING_JOB = "tiny_gemma3/pan_and_scan_grow"  # the whole sft encoding, on the tiny gemma3
 PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL processors resize to a hair's difference
 QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+PIXTRAL = {"patch_size": 14, "spatial_merge_size": 1, "image_token": "[IMG]", "image_break_token": "[IMG_BREAK]",
+           "image_end_token": "[IMG_END]"}  # PixtralProcessor's settings (processor_config.json)
 
 
 def build_processor(family: str, out: Path) -> Path:
@@ -69,7 +77,10 @@ def build_processor(family: str, out: Path) -> Path:
         LlavaNextImageProcessorPil,
         LlavaNextProcessor,
         LlavaProcessor,
+        PaliGemmaProcessor,
+        PixtralImageProcessorPil,
         Qwen2VLImageProcessorPil,
+        SiglipImageProcessorPil,
     )
 
     if family == "llava":
@@ -90,6 +101,17 @@ def build_processor(family: str, out: Path) -> Path:
             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
         processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
                                     tokenizer=tokenizer, image_seq_length=4)
+    elif family == "paligemma":  # 56-pixel images in 14-pixel patches: 16 image tokens before each row
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={"image_token": "<image>"})
+        image_processor = SiglipImageProcessorPil(size={"height": 56, "width": 56}, image_seq_length=16)
+        processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    elif family == "pixtral":  # the image processor, the tokenizer and the settings: PixtralProcessor needs torchvision
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+        tokenizer.add_special_tokens({"additional_special_tokens": [value for key, value in PIXTRAL.items()
+                                                                    if key.endswith("token")]})
+        tokenizer.save_pretrained(out)
+        processor = PixtralImageProcessorPil(size={"longest_edge": 112}, patch_size={"height": 14, "width": 14})
+        (out / "processor_config.json").write_text(json.dumps({"processor_class": "PixtralProcessor", **PIXTRAL}))
     else:  # the image processor and tokenizer alone: a Qwen-VL processor needs torchvision
         processor = AutoTokenizer.from_pretrained(TOKENIZER)
         processor.add_special_tokens({"additional_special_tokens": QWEN_TOKENS})
@@ -102,9 +124,12 @@ def build_processor(family: str, out: Path) -> Path:
 def load_processor(family: str, folder: Path, settings: dict) -> object:
     """The processor as a plugin reads it; LLaMA-Factory's settings set as attributes, as its `patch_processor`
     does (tuneline's plugins take them as `MediaSettings` and ignore the attributes)."""
-    from transformers import AutoProcessor, AutoTokenizer, Qwen2VLImageProcessorPil
+    from transformers import AutoProcessor, AutoTokenizer, PixtralImageProcessorPil, Qwen2VLImageProcessorPil
 
-    if family.startswith("qwen"):  # named: transformers 5.6's AutoImageProcessor refuses to load without torchvision
+    if family == "pixtral":  # its settings as attributes, as on PixtralProcessor
+        processor = SimpleNamespace(image_processor=PixtralImageProcessorPil.from_pretrained(folder),
+                                    tokenizer=AutoTokenizer.from_pretrained(folder), **PIXTRAL)
+    elif family.startswith("qwen"):  # named: transformers 5.6's AutoImageProcessor refuses to load without torchvision
         image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
         processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
                                     tokenizer=AutoTokenizer.from_pretrained(folder),
@@ -212,6 +237,7 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
         for row in demo_rows():
             messages = plugin.expand_messages(row["messages"], row["images"], [], processor, settings)
             ids = encode_row(processor.tokenizer, messages)
+            ids, _ = plugin.add_media_ids(ids, None, row["images"], [], processor)
             inputs = plugin.batch_inputs(row["images"], [], [ids], processor, settings)
             regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
                                             plugin.qwen_sizes) for image in row["images"]]
@@ -224,24 +250,31 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
 
 ENCODING_SETTINGS = PAN_AND_SCAN_SETTINGS["pan_and_scan_grow"]
 ENCODING_KEYS = {"stage": "sft", "dataset": "mllm_demo", "template": "gemma3", "cutoff_len": 2048}
+# job -> (tiny preset, the run's keys): whole sft encodings; PaliGemma's images are placed on the token ids (before the
+# beginning of sequence) and count against cutoff_len first: whole, and cut at 40 tokens (16 an image, then the turns)
+PALIGEMMA_KEYS = {"stage": "sft", "dataset": "mllm_demo", "template": "paligemma", "cutoff_len": 2048}
+ENCODING_JOBS = {ENCODING_JOB: ("gemma3", {**ENCODING_KEYS, **ENCODING_SETTINGS}),
+                 "tiny_paligemma/sft": ("paligemma", PALIGEMMA_KEYS),
+                 "tiny_paligemma/cutoff_len_40": ("paligemma", {**PALIGEMMA_KEYS, "cutoff_len": 40})}
 
 LLAMAFACTORY_ENCODING = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-model, out = sys.argv[2], sys.argv[3]
+model, out, keys = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
 os.environ["DISABLE_VERSION_CHECK"] = "1"
-from mm_parity import DEMO, ENCODING_KEYS, ENCODING_SETTINGS, encoded_row, nest_crop_counts, vocab_digest
+from mm_parity import DEMO, encoded_row, nest_crop_counts, vocab_digest
 from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
 from llamafactory.hparams import get_train_args
 from llamafactory.model import load_tokenizer
 
 args = dict(model_name_or_path=model, do_train=True, dataset_dir=str(DEMO), output_dir=out + "/o",
-            overwrite_cache=True, finetuning_type="lora", report_to="none", **ENCODING_KEYS, **ENCODING_SETTINGS)
+            overwrite_cache=True, finetuning_type="lora", report_to="none", **keys)
 model_args, data_args, training_args, _, _ = get_train_args(args)
 tokenizer_module = load_tokenizer(model_args)
 vocab = vocab_digest(tokenizer_module["tokenizer"])
-nest_crop_counts(tokenizer_module["processor"])
+if keys.get("image_do_pan_and_scan"):
+    nest_crop_counts(tokenizer_module["processor"])
 template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
 train = get_dataset(template, model_args, data_args, training_args, "sft", **tokenizer_module)["train_dataset"]
 collator = SFTDataCollatorWith4DAttentionMask(template=template, label_pad_token_id=-100, **tokenizer_module)
@@ -262,8 +295,9 @@ def encoded_row(row: dict, batch: dict) -> dict:
             "inputs": {key: summarize(batch[key]) for key in ("pixel_values", "token_type_ids")}}
 
 
-def tuneline_encoding(model: Path, work: Path) -> dict:
-    """tuneline's side of `ENCODING_JOB`: the build-dataset step's rows and the training collator's batches."""
+def tuneline_encoding(model: Path, work: Path, keys: dict = ENCODING_JOBS[ENCODING_JOB][1]) -> dict:
+    """tuneline's side of an encoding job (`ENCODING_JOBS`): the build-dataset step's rows and the training
+    collator's batches."""
     from tuneline.config import load_config
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
@@ -271,7 +305,7 @@ def tuneline_encoding(model: Path, work: Path) -> dict:
 
     config = load_config(overrides={"model_name_or_path": str(model), "dataset_dir": str(DEMO),
                                     "output_dir": str(work / "out"), "pipeline_cache_dir": str(work / "cache"),
-                                    **ENCODING_KEYS, **ENCODING_SETTINGS}, check_paths=False)
+                                    **keys}, check_paths=False)
     train = load_processed(build_dataset(config))["train"]
     tokenizer = load_tokenizer(config.model)
     collator = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))
@@ -318,16 +352,17 @@ def same_summary(mine, other, tolerance: float = 1e-4) -> bool:
     return all(abs(a - b) <= tolerance * max(1.0, abs(b)) for a, b in numbers)
 
 
-def encodings(python: str, work: Path) -> tuple[dict, dict]:
-    """LLaMA-Factory's and tuneline's `ENCODING_JOB` on one tiny gemma3."""
+def encodings(python: str, work: Path, job: str) -> tuple[dict, dict]:
+    """LLaMA-Factory's and tuneline's encoding job `job` (`ENCODING_JOBS`) on its tiny preset."""
     from tuneline.demo.tiny_vlm import build_tiny_vlm
 
-    model = build_tiny_vlm(work / "tiny_gemma3", "gemma3")
+    preset, keys = ENCODING_JOBS[job]
+    model = build_tiny_vlm(work / f"tiny_{preset}", preset)
     done = subprocess.run([python, "-c", LLAMAFACTORY_ENCODING, str(Path(__file__).parent), str(model),
-                           str(work / "llamafactory")], capture_output=True, text=True)
+                           str(work / "llamafactory"), json.dumps(keys)], capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"LLaMA-Factory's encoding failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1]), tuneline_encoding(model, work)
+    return json.loads(done.stdout.strip().splitlines()[-1]), tuneline_encoding(model, work, keys)
 
 
 def parity_args(description: str, snapshot: Path) -> argparse.Namespace:
@@ -358,11 +393,12 @@ def write_snapshot(snapshot: Path, theirs: dict) -> None:
 def main() -> None:
     args = parity_args(__doc__.splitlines()[0], SNAPSHOT)
     theirs, ours = both_sides(args.llamafactory_python, LLAMAFACTORY_SIDE, build_processor, FAMILIES, tuneline_side)
-    with tempfile.TemporaryDirectory() as work:
-        theirs[ENCODING_JOB], ours[ENCODING_JOB] = encodings(args.llamafactory_python, Path(work))
+    for job in ENCODING_JOBS:
+        with tempfile.TemporaryDirectory() as work:
+            theirs[job], ours[job] = encodings(args.llamafactory_python, Path(work), job)
     identical = close = 0
     for job, rows in theirs.items():
-        if job == ENCODING_JOB:
+        if job in ENCODING_JOBS:
             difference = encoding_difference(ours[job], rows)
             identical += difference is None
             print(f"{job} (dataset input_ids and labels, batch pixel_values and token_type_ids): "

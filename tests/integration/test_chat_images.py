@@ -6,29 +6,14 @@ from __future__ import annotations
 
 import base64
 import io
-import json
-import shutil
 
 import pytest
-import yaml
 
 from cli.main import run
-from tests.support.vision_chat import MLLM_DATA, QUESTION, noise_image, processor_answer
+from tests.support.vision_chat import MLLM_DATA, QUESTION, noise_image, processor_answer, vlm_chat_config
 from tuneline.errors import UserError
 
 # The templates' prompts written out by hand: the processor expands its own image token (Gemma 3: begin-of-image).
-
-
-def vlm_chat_config(tiny_vlm, root, preset: str):
-    """A config whose output_dir holds a finished full training of the tiny model (its own files stand for it)."""
-    out = shutil.copytree(tiny_vlm(preset), root / f"{preset}-out")
-    (out / "run.json").write_text(json.dumps({"status": "complete"}))
-    config = {"model_name_or_path": str(tiny_vlm(preset)), "stage": "sft", "finetuning_type": "full",
-              "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
-              "template": preset, "output_dir": str(out), "do_sample": False, "max_new_tokens": 6}
-    path = root / f"{preset}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path, out
 
 
 @pytest.mark.parametrize("preset", ["llava", "llava_next", "gemma3"])

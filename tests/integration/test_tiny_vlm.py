@@ -48,6 +48,9 @@ def forward_loss(model, inputs) -> float:
     return float(out.loss.detach())
 
 
+MODEL_TYPES = {"pixtral": "llava"}  # presets whose model is another family's, with its own vision tower
+
+
 @pytest.mark.parametrize("preset", sorted(VLM_PRESETS))
 def test_each_preset_is_a_few_hundred_kb_with_ids_that_match_its_tokenizer(built, preset):
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoTokenizer
@@ -58,7 +61,7 @@ def test_each_preset_is_a_few_hundred_kb_with_ids_that_match_its_tokenizer(built
             "chat_template.jinja"} <= {p.name for p in folder.iterdir()}
     tokenizer, config = AutoTokenizer.from_pretrained(folder), AutoConfig.from_pretrained(folder)
     model = AutoModelForImageTextToText.from_pretrained(folder)
-    assert config.model_type == preset and sum(p.numel() for p in model.parameters()) < 300_000
+    assert config.model_type == MODEL_TYPES.get(preset, preset) and sum(p.numel() for p in model.parameters()) < 300_000
     family = VLM_PRESETS[preset]
     assert all(tokenizer.convert_tokens_to_ids(t) != tokenizer.unk_token_id for t in family.tokens)
     assert len(tokenizer) <= config.get_text_config().vocab_size

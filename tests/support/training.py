@@ -150,6 +150,22 @@ def vlm_config(tiny_vlm, tmp_path: Path, preset: str, **keys):
     return make_config(tiny_vlm(preset), tmp_path / "out", **{**VLM_KEYS, "template": preset, **keys})
 
 
+def assert_pixels_reach_forward(config, tokenizer, media, rows, adapters) -> None:
+    """The trained model's loss on a batch of `rows` changes when their pixels are zeroed: the images reach the
+    forward, and the loss with them is finite."""
+    import torch
+
+    from tuneline.data import build_collator
+    from tuneline.model import load_model
+
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(adapters))
+    inputs = build_collator("sft", tokenizer, media=media)(list(rows))
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+
+
 class FirstBatch:
     """Keeps the first training batch, as the trainer's own DataLoader made it."""
 

@@ -15,6 +15,24 @@ PROMPTS = {"gemma3": "<|bos|><start_of_turn>user\n<start_of_image>{}<end_of_turn
            "llava": ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
                      "helpful, detailed, and polite answers to the user's questions.USER: <image>{} ASSISTANT:")}
 PROMPTS["llava_next"] = PROMPTS["llava"]  # the same vicuna turns
+PROMPTS["paligemma"] = "<image>{}"  # the processor puts the image tokens, then the beginning of sequence, before it
+
+
+def vlm_chat_config(tiny_vlm, root, preset: str):
+    """A config whose output_dir holds a finished full training of the tiny model (its own files stand for it)."""
+    import json
+    import shutil
+
+    import yaml
+
+    out = shutil.copytree(tiny_vlm(preset), root / f"{preset}-out")
+    (out / "run.json").write_text(json.dumps({"status": "complete"}))
+    config = {"model_name_or_path": str(tiny_vlm(preset)), "stage": "sft", "finetuning_type": "full",
+              "dataset": "mllm_demo", "dataset_dir": str(MLLM_DATA),
+              "template": preset, "output_dir": str(out), "do_sample": False, "max_new_tokens": 6}
+    path = root / f"{preset}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, out
 
 
 def noise_image(folder, seed: int):
@@ -38,6 +56,8 @@ def processor_answer(model_dir, preset: str, image_path, question: str = QUESTIO
     image = Image.open(image_path).convert("RGB")
     inputs = processor(text=PROMPTS[preset].format(question), images=[image], return_tensors="pt",
                        add_special_tokens=False)
+    if preset == "paligemma":  # the prompt's text marked 1, as training marks it (PaliGemma's processor marks it 0)
+        inputs["token_type_ids"] = (inputs["input_ids"] != processor.image_token_id).long()
     with torch.no_grad():
         out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
     answer = out[0, inputs["input_ids"].shape[1]:].tolist()

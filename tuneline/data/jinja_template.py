@@ -31,7 +31,11 @@ PROCESSOR_PLACEHOLDERS: dict[str, tuple[str | None, str | None]] = {
     "gemma3": ("<start_of_image>", None),
     "qwen2_vl": _QWEN_VISION,
     "qwen3_vl": _QWEN_VISION,
+    "pixtral": ("[IMG]", None),
 }
+# plugins whose images the model's processor places outside the text, and where: no chat template writes them there
+PROCESSOR_PLACED = {"paligemma": "PaliGemma's processor puts the image tokens, then its own beginning of sequence, "
+                                 "before the whole text"}
 # the Template fields this generator reads; a new field set away from its default is reported, not silently dropped
 READ_FIELDS = {"name", "user", "assistant", "system", "function", "observation", "prefix", "default_system",
                "stop_words", "efficient_eos", "fuse_system", "replace_eos", "reasoning", "tool_format",
@@ -54,7 +58,11 @@ def unwritable(template: Template) -> list[Unwritable]:
         found.append(Unwritable(f"tool format '{template.tool_format}'",
                                 "the chat template refuses requests with tools or tool calls; serve tool use through "
                                 "`tuneline api`, which writes them with the training code"))
-    if template.mm_plugin is not None and template.mm_plugin not in PROCESSOR_PLACEHOLDERS:
+    if template.mm_plugin in PROCESSOR_PLACED:
+        found.append(Unwritable(f"media plugin '{template.mm_plugin}'",
+                                f"{PROCESSOR_PLACED[template.mm_plugin]}, which a chat template cannot write as "
+                                "training placed them; serve images through `tuneline api`"))
+    elif template.mm_plugin is not None and template.mm_plugin not in PROCESSOR_PLACEHOLDERS:
         found.append(Unwritable(f"media plugin '{template.mm_plugin}'",
                                 "images and videos are left as <image>/<video> text; serve them through `tuneline api`"))
     defaults = Template(name=template.name)

@@ -49,6 +49,7 @@ def render_example(tokenizer, stage: str, row: dict, number: int) -> list[str]:
 def preview(config: RunConfig, n: int = 2) -> str:
     """The first n examples of the first dataset, encoded exactly as training will see them."""
     from tuneline.data.loader import load_examples
+    from tuneline.data.mm.run_media import run_media
     from tuneline.data.processors import Encoder
     from tuneline.data.template_catalog import run_template
     from tuneline.model.tokenizer import load_tokenizer
@@ -65,8 +66,11 @@ def preview(config: RunConfig, n: int = 2) -> str:
     if not examples:
         return "\n".join(header + ["(no usable rows)"])
     batch = {key: [ex[key] for ex in examples] for key in examples[0]}
+    media = None  # rows with images or videos are expanded to the model's tokens, as the build step expands them
+    if any([*batch.get("_images", []), *batch.get("_videos", [])]):
+        media = run_media(config, tokenizer, template, any(batch.get("_videos", [])))
     encoder = Encoder(tokenizer, template, config.stage, data.cutoff_len, data.train_on_prompt, data.mask_history,
-                      config.effective_packing)
+                      config.effective_packing, media)
     encoded = encoder(batch)
     rows = [{k: v[i] for k, v in encoded.items()} for i in range(len(next(iter(encoded.values()))))]
     lines = header

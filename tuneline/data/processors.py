@@ -85,12 +85,22 @@ class Encoder:
         return [(self.media.expand(messages, images, videos), s, t)
                 for (messages, s, t), (images, videos) in zip(found, media, strict=True)]
 
+    def media_ids(self, batch: dict[str, list], row: int, ids: list[int],
+                  labels: list[int] | None = None) -> tuple[list[int], list[int] | None]:
+        """A row's `ids` (and `labels`) with the media tokens its model takes at the token level, from the plugin
+        (PaliGemma's images, before everything); as they are for text rows and for models whose tokens are in the
+        text."""
+        if self.media is None:
+            return ids, labels
+        return self.media.add_media_ids(ids, labels, batch["_images"][row], batch["_videos"][row])
+
     def eos(self) -> list[int]:
         return [self.tokenizer.eos_token_id] if self.template.efficient_eos else []
 
-    def prompt_answer(self, message_ids: list[list[int]]) -> tuple[list[int], list[int]]:
-        """Truncated (prompt ids, answer ids) of a conversation whose last message is the answer."""
-        prompt = [t for ids in message_ids[:-1] for t in ids]
+    def prompt_answer(self, message_ids: list[list[int]], start: list[int] = ()) -> tuple[list[int], list[int]]:
+        """Truncated (prompt ids, answer ids) of a conversation whose last message is the answer; `start`: ids before
+        the prompt's (`media_ids`), truncated with it."""
+        prompt = [*start, *(t for ids in message_ids[:-1] for t in ids)]
         answer = message_ids[-1] + self.eos()
         keep_p, keep_a = split_budget(len(prompt), len(answer), self.cutoff_len)
         return prompt[:keep_p], answer[:keep_a]
@@ -102,13 +112,15 @@ class Encoder:
         return (f"{NO_ROOM}: the prompt is {prompt_len} tokens; cut to cutoff_len {self.cutoff_len} as LLaMA-Factory "
                 "cuts it, no response token is left")
 
-    def supervised(self, message_ids: list[list[int]]) -> tuple[list[int], list[int]]:
-        """ids and labels of a multi-turn conversation, truncated turn by turn within cutoff_len."""
+    def supervised(self, message_ids: list[list[int]], start: tuple[list[int], list[int]] = ((), ())
+                   ) -> tuple[list[int], list[int]]:
+        """ids and labels of a multi-turn conversation, truncated turn by turn within cutoff_len; `start`: ids and
+        labels before the first turn's (`media_ids`), kept whole and counted against cutoff_len first."""
         turns = [(message_ids[i], message_ids[i + 1]) for i in range(0, len(message_ids), 2)]
         if self.mask_history:
             turns = turns[::-1]  # the last turn gets the budget first
         eos = self.eos()
-        used, input_ids, labels = len(eos), [], []
+        used, input_ids, labels = len(eos) + len(start[0]), [], []
         for k, (source, target) in enumerate(turns):
             if used >= self.cutoff_len:
                 break
@@ -126,7 +138,7 @@ class Encoder:
                 input_ids, labels = source + target + input_ids, source_labels + target_labels + labels
             else:
                 input_ids, labels = input_ids + source + target, labels + source_labels + target_labels
-        return input_ids + eos, labels + eos
+        return [*start[0], *input_ids, *eos], [*start[1], *labels, *eos]
 
 
 def encode_sft(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
@@ -134,8 +146,10 @@ def encode_sft(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     # encodes them
     last_turn_only = enc.mask_history and not enc.template.preserve_thinking
     encoded = enc.template.encode_many(enc.tokenizer, enc.conversations(batch), last_turn_only)
-    pairs = [enc.supervised(ids) for ids in encoded]
-    whole = [sum(map(len, messages)) + len(enc.eos()) for messages in encoded]
+    starts = [enc.media_ids(batch, row, [], []) for row in range(len(encoded))]
+    pairs = [enc.supervised(ids, start) for ids, start in zip(encoded, starts, strict=True)]
+    whole = [sum(map(len, messages)) + len(enc.eos()) + len(start[0]) for messages, start in
+             zip(encoded, starts, strict=True)]
     truncated = [len(ids) < length for (ids, _), length in zip(pairs, whole, strict=True)]
     if enc.packing:  # rows are packs of examples: the batch's count goes on its first row
         out = pack_examples(pairs, enc.cutoff_len)
@@ -158,8 +172,8 @@ def encode_pairwise(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
                                         True)
     out: dict[str, list] = {c: [] for c in (*STAGE_COLUMNS["rm"], TRUNCATED)}
     problems = []
-    for c_ids, r_ids in zip(chosen, rejected, strict=True):
-        prompt = [t for ids in c_ids[:-1] for t in ids]
+    for row, (c_ids, r_ids) in enumerate(zip(chosen, rejected, strict=True)):
+        prompt, _ = enc.media_ids(batch, row, [t for ids in c_ids[:-1] for t in ids])
         answers = {"chosen": c_ids[-1] + enc.eos(), "rejected": r_ids[-1] + enc.eos()}
         longest = max(map(len, answers.values()))
         keep_p, keep_a = split_budget(len(prompt), longest, enc.cutoff_len)  # one cut for both sides
@@ -181,10 +195,11 @@ def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     other = enc.template.encode_many(enc.tokenizer, enc.conversations(batch, mismatched), True)
     out: dict[str, list] = {c: [] for c in (*STAGE_COLUMNS["kto"], TRUNCATED)}
     problems = []
-    for ids, kl_ids, tag in zip(own, other, batch["_kto_tag"], strict=True):
-        prompt_len = sum(len(m) for m in ids[:-1])
+    for row, (ids, kl_ids, tag) in enumerate(zip(own, other, batch["_kto_tag"], strict=True)):
+        start, _ = enc.media_ids(batch, row, [])
+        prompt_len = len(start) + sum(len(m) for m in ids[:-1])
         for prefix, message_ids in (("", ids), ("kl_", kl_ids)):
-            prompt, answer = enc.prompt_answer(message_ids)
+            prompt, answer = enc.prompt_answer(message_ids, start)
             if not prefix:
                 problems.append(enc.room_problem(prompt_len, len(answer)))
                 full = prompt_len + len(message_ids[-1]) + len(enc.eos())

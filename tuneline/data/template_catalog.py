@@ -280,6 +280,12 @@ TEMPLATES.update({name: dataclasses.replace(TEMPLATES[text], name=name, mm_plugi
                   LLAVA_NEXT_TEXT.items()})
 TEMPLATES["llava_next_qwen"] = dataclasses.replace(TEMPLATES["llava_next_qwen"],
                                                    default_system="You are a helpful assistant.")
+# Pixtral: Ministral's text turns around Pixtral's rows of image patches
+TEMPLATES["pixtral"] = dataclasses.replace(TEMPLATES["ministral"], name="pixtral", mm_plugin="pixtral")
+# PaliGemma: the images go before everything (the plugin places them), then the prompt on its own line, or Gemma's turns
+TEMPLATES["paligemma"] = Template("paligemma", user=("{{content}}\n",), prefix=(BOS,), fuse_system=True,
+                                  mm_plugin="paligemma")
+TEMPLATES["paligemma_chat"] = Template("paligemma_chat", **dict(_GEMMA, system=None), mm_plugin="paligemma")
 
 AUTO = ("auto", None, "")
 VISION = sorted(name for name, template in TEMPLATES.items() if template.mm_plugin)

@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl).
+qwen3_vl, pixtral, paligemma).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -13,8 +13,10 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
+from tuneline.demo import tiny_paligemma, tiny_pixtral
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -23,6 +25,7 @@ IMAGE_SIZE, PATCH_SIZE = 32, 8  # 4 x 4 patches per image
 TEXT_SIZES = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "max_position_embeddings": MAX_LENGTH, "initializer_range": 64**-0.5}
 VISION_SIZES = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
+TOWER = {**VISION_SIZES, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE}  # for the families in modules of their own
 # Qwen resizes each image to a pixel count in [min, max], in multiples of patch x merge (16): 2 x 2 to 4 x 4 tokens.
 QWEN_PIXELS = {"shortest_edge": 16 * 16, "longest_edge": IMAGE_SIZE * IMAGE_SIZE * 4}
 # Qwen's text rotary halves (8 per head of 16) split over time, height and width.
@@ -232,6 +235,19 @@ VLM_PRESETS: dict[str, VisionFamily] = {
     "qwen3_vl": VisionFamily(
         _qwen3_vl_config, _qwen_processor("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
         chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
+    # Ministral's "[INST]...[/INST]" turns, each answer closed by the end-of-sequence token
+    "pixtral": VisionFamily(
+        partial(tiny_pixtral.pixtral_config, text_config=_text_config, vision=TOWER),
+        partial(tiny_pixtral.save_pixtral_processor, vision=TOWER),
+        chat_template("('[INST]' if role == 'user' else '')", "'[/INST]'", "'[IMG]'", end_answer="eos_token",
+                      bos=True),
+        tokens=tiny_pixtral.PIXTRAL_TOKENS, named=tiny_pixtral.PIXTRAL_NAMED),
+    # the prompt on its own line after the beginning of sequence (its processor puts the images before that)
+    "paligemma": VisionFamily(
+        partial(tiny_paligemma.paligemma_config, text_config=_text_config, vision=TOWER),
+        partial(tiny_paligemma.save_paligemma_processor, vision=TOWER),
+        chat_template("''", "''", "'<image>'", end_answer="eos_token", bos=True),
+        tokens=tiny_paligemma.PALIGEMMA_TOKENS, named=tiny_paligemma.PALIGEMMA_NAMED),
 }
 
 

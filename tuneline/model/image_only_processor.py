@@ -45,7 +45,6 @@ def load_image_only_processor(model_args, model_config, hub_kwargs: dict, error:
     UserError for any other model, whose processor has no image-only use."""
     from transformers import AutoImageProcessor, AutoTokenizer
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
-    from transformers.utils import cached_file
 
     name = model_args.model_name_or_path
     if model_config.model_type not in IMAGE_ONLY_TYPES:
@@ -58,6 +57,12 @@ def load_image_only_processor(model_args, model_config, hub_kwargs: dict, error:
     names = list(tokenizer.model_input_names) + list(image_processor.model_input_names)
     if getattr(processor_class, "return_mm_token_type_ids", False):  # the full processor's own addition
         names.append("mm_token_type_ids")
-    files = {file: path for file in PROCESSOR_FILES
-             if (path := cached_file(name, file, _raise_exceptions_for_missing_entries=False, **hub_kwargs))}
-    return ImageOnlyProcessor(image_processor, tokenizer, names, files)
+    return ImageOnlyProcessor(image_processor, tokenizer, names, processor_files(name, hub_kwargs))
+
+
+def processor_files(name: str, hub_kwargs: dict) -> dict[str, str]:
+    """The model's own processor files (`PROCESSOR_FILES`) that it has: file name -> local path."""
+    from transformers.utils import cached_file
+
+    return {file: path for file in PROCESSOR_FILES
+            if (path := cached_file(name, file, _raise_exceptions_for_missing_entries=False, **hub_kwargs))}

@@ -39,6 +39,7 @@ def load_processor(config, tokenizer=None):
     from transformers import AutoProcessor, ProcessorMixin
 
     from tuneline.model.image_only_processor import ImageOnlyProcessor, load_image_only_processor
+    from tuneline.model.pixtral_processor import has_pixtral_tower, load_pixtral_image_only
     from tuneline.model.vision import is_vision_language
 
     model_args = _model_args(config)
@@ -51,7 +52,11 @@ def load_processor(config, tokenizer=None):
     except ImportError as exc:
         if "torchvision" not in str(exc).lower():
             raise
-        processor = load_image_only_processor(model_args, load_model_config(model_args), _hub_kwargs(model_args), exc)
+        model_config = load_model_config(model_args)
+        if has_pixtral_tower(model_config):  # a processor whose image half suffices: Pixtral's, or Qwen-VL's below
+            processor = load_pixtral_image_only(model_args, _hub_kwargs(model_args))
+        else:
+            processor = load_image_only_processor(model_args, model_config, _hub_kwargs(model_args), exc)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot load the processor of the vision-language model '{name}': {exc}") from None
     if not isinstance(processor, (ProcessorMixin, ImageOnlyProcessor)):

@@ -130,6 +130,8 @@ class Chat:
         if self.vision is not None:  # placeholders checked even without images: a stray one is no image token
             messages = self.vision.expand_safely(with_placeholders(messages, len(images)), images)
         prompt = self._prompt(messages, system, tools)
+        if self.vision is not None:  # media tokens the model takes at the token level (PaliGemma's, before the text)
+            prompt, _ = self.vision.media.add_media_ids(prompt, None, images, [])
         return prompt, self.vision.pixel_inputs(prompt, images) if images else None, tools
 
     def read_answer(self, ids: list[int], tools: str | None) -> Answer:
@@ -182,11 +184,12 @@ def answer_vision(config, tokenizer, template) -> tuple[AnswerVision | None, str
     """The image side of a chat model, or None and why it reads text only."""
     from tuneline.data.mm import get_mm_plugin
     from tuneline.data.mm.run_media import RunMedia, media_settings
+    from tuneline.data.template_catalog import VISION
     from tuneline.model.processor import load_processor
 
     if template.mm_plugin is None:
         return None, (f"'template: {template.name}' reads text only; use the model's vision-language template "
-                      "(gemma3, llava, llava_next, qwen2_vl, qwen3_vl, qwen3_vl_nothink)")
+                      f"({', '.join(VISION)})")
     processor = load_processor(config, tokenizer)
     if processor is None:
         return None, f"'{config.model.model_name_or_path}' is a text-only model"

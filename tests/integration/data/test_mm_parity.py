@@ -8,7 +8,8 @@ the snapshot; everything the plugins themselves compute (texts, ids, resized pix
 
 Gemma 3's pan and scan is checked there too, on the plugin (`gemma3/pan_and_scan*`) and through the whole sft
 encoding of the tiny gemma3 (the dataset's input ids and labels, the training collator's pixel values and token
-types), with images that are cut into crops."""
+types), with images that are cut into crops. PaliGemma's whole sft encoding is checked the same way, its images
+being placed on the token ids."""
 
 from __future__ import annotations
 
@@ -47,3 +48,16 @@ def test_pan_and_scan_encodes_and_batches_the_tiny_gemma3_as_llamafactory(tiny_v
     crops = [row["inputs"]["pixel_values"]["shape"][0] - count for row, count in zip(ours["rows"], images, strict=True)]
     assert sum(crops) > 0 and 0 in crops  # wide images are cut into crops, the 300 x 199 one is not
     assert BENCH.encoding_difference(ours, theirs) is None
+
+
+@pytest.mark.parametrize("job", ["tiny_paligemma/sft", "tiny_paligemma/cutoff_len_40"])
+def test_paligemma_encodes_and_batches_its_images_on_the_token_ids_as_llamafactory(tiny_vlm, tmp_path, job):
+    """PaliGemma's image tokens go on the ids before the beginning of sequence and count against cutoff_len first: the
+    whole sft encoding (ids, labels, pixels, token types) as LLaMA-Factory's, whole and cut at 40 tokens."""
+    theirs = snapshot()[job]
+    preset, keys = BENCH.ENCODING_JOBS[job]
+    ours = BENCH.tuneline_encoding(tiny_vlm(preset), tmp_path, keys)
+    assert BENCH.encoding_difference(ours, theirs) is None
+    images = [len(row["images"]) for row in BENCH.demo_rows()]
+    assert [row["inputs"]["token_type_ids"]["shape"][1] - row["inputs"]["token_type_ids"]["sum"]
+            for row in ours["rows"]] == [16 * count for count in images]

@@ -53,7 +53,7 @@ def test_a_refusal_offers_a_template_with_the_same_text_turns():
     (user, answer, system, tool result, prefix, default system prompt, stop and thought words, tool format)."""
     turns = BENCH.read_snapshot()["text_turns"]
     offered = {name: unbuilt.text for name, unbuilt in UNBUILT.items() if unbuilt.text}
-    assert len(offered) >= 14
+    assert len(offered) >= 13
     assert {name: turns[name] for name in offered} == {name: turns[text] for name, text in offered.items()}
 
 

@@ -90,3 +90,24 @@ def test_the_trainer_saves_the_processor_into_each_checkpoint_and_the_output_dir
         assert (folder / "processor_config.json").is_file() and (folder / "adapter_model.safetensors").is_file()
         reloaded = AutoProcessor.from_pretrained(folder)
         assert type(reloaded).__name__ == "LlavaProcessor" and reloaded.patch_size == 8
+
+
+def test_a_pixtral_processor_loads_whole_with_torchvision_or_as_its_image_half(tiny_vlm, tmp_path):
+    """transformers builds PixtralProcessor only with torchvision; without, its image processor, the tokenizer and the
+    settings of processor_config.json (what the plugin reads), saved back as the model's own files."""
+    from transformers import AutoImageProcessor
+    from transformers.utils import is_torchvision_available
+
+    from tuneline.model import load_processor, load_tokenizer
+
+    config = model_keys(tiny_vlm("pixtral"))
+    tokenizer = load_tokenizer(config.model)
+    processor = load_processor(config, tokenizer)
+    expected = "PixtralProcessor" if is_torchvision_available() else "PixtralImageOnlyProcessor"
+    assert type(processor).__name__ == expected and processor.tokenizer is tokenizer
+    assert (processor.patch_size, processor.spatial_merge_size, processor.image_break_token) == (8, 1, "[IMG_BREAK]")
+    assert "image_sizes" in processor.model_input_names
+    processor.save_pretrained(tmp_path / "saved")
+    assert (tmp_path / "saved" / "processor_config.json").read_text() == (
+        tiny_vlm("pixtral") / "processor_config.json").read_text()
+    assert AutoImageProcessor.from_pretrained(tmp_path / "saved").patch_size["height"] == 8

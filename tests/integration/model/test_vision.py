@@ -10,7 +10,8 @@ from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.model.vision import COMPOSITE_MODELS, in_part
 
-PRESETS = ["gemma3", "llava", "qwen2_vl", "qwen3_vl"]
+PRESETS = ["gemma3", "llava", "paligemma", "pixtral", "qwen2_vl", "qwen3_vl"]
+MODEL_TYPES = {"pixtral": "llava"}  # a preset whose model is another family's (LLaVA with a Pixtral tower)
 UNFROZEN = {"freeze_vision_tower": False, "freeze_multi_modal_projector": False}
 
 
@@ -27,7 +28,7 @@ def trainable(model) -> set[str]:
 
 
 def part_of(name: str, preset: str) -> str:
-    parts = COMPOSITE_MODELS[preset]
+    parts = COMPOSITE_MODELS[MODEL_TYPES.get(preset, preset)]
     for part, keys in (("vision", parts.vision_tower), ("projector", parts.projector),
                        ("language", parts.language_model)):
         if in_part(name, keys):
@@ -90,7 +91,7 @@ def test_lora_with_the_image_side_unfrozen_adapts_the_tower_and_trains_the_proje
     assert adapted == {"language", "vision"}
     whole = {n for n in trainable(model) if "lora_" not in n}
     assert whole and all(part_of(n, preset) == "projector" for n in whole)
-    assert model.peft_config["default"].modules_to_save == list(COMPOSITE_MODELS[preset].projector)
+    assert model.peft_config["default"].modules_to_save == list(COMPOSITE_MODELS[MODEL_TYPES.get(preset, preset)].projector)
 
 
 def test_lora_names_its_targets_outside_the_frozen_tower(tiny_vlm, tmp_path):

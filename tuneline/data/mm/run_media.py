@@ -29,6 +29,9 @@ class RunMedia:
     def expand(self, messages: list[dict], images: list, videos: list) -> list[dict]:
         return self.plugin.expand_messages(messages, images, videos, self.processor, self.settings)
 
+    def add_media_ids(self, ids: list[int], labels: list[int] | None, images: list, videos: list):
+        return self.plugin.add_media_ids(ids, labels, images, videos, self.processor)
+
     def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]]) -> dict[str, Any]:
         return self.plugin.batch_inputs(images, videos, batch_ids, self.processor, self.settings)
 
@@ -55,6 +58,7 @@ def media_settings(config) -> MediaSettings:
 
 def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
     """The media encoding of a run whose data holds images or videos; refuses a config that cannot read them."""
+    from tuneline.data.template_catalog import VISION
     from tuneline.model.processor import load_processor
 
     if config.stage not in MEDIA_STAGES:
@@ -62,8 +66,7 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
                           f"stages with images: {', '.join(MEDIA_STAGES)}")
     if template.mm_plugin is None:
         raise ConfigError(f"the dataset holds images or videos, but 'template: {template.name}' reads text only; "
-                          "use the model's vision-language template (gemma3, llava, llava_next, qwen2_vl, qwen3_vl, "
-                          "qwen3_vl_nothink)")
+                          f"use the model's vision-language template ({', '.join(VISION)})")
     plugin = get_mm_plugin(template.mm_plugin)
     if has_videos and plugin.video_token is None:
         raise ConfigError(f"the dataset holds videos, but 'template: {template.name}' (multimodal plugin "
