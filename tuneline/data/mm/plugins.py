@@ -334,6 +334,9 @@ def _size_field(size: Any, key: str) -> int | None:
     return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
 
 
+# families in modules of their own, built on MMPlugin above
+from tuneline.data.mm.minicpm import MiniCPMV46Plugin  # noqa: E402
+
 PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     MMPlugin(),
     LlavaPlugin("llava", image_token="<image>"),
@@ -341,6 +344,7 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     Gemma3Plugin("gemma3", image_token="<image_soft_token>"),
     Qwen2VLPlugin("qwen2_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
     Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
+    MiniCPMV46Plugin("minicpm_v_4_6", image_token="<|image_pad|>"),
 )}
 
 
