@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl).
+qwen3_vl, minicpm_v_4_6).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -209,6 +209,9 @@ class VisionFamily:
     eos_token: str = IM_END
 
 
+# families in modules of their own, built on the pieces above
+from tuneline.demo.tiny_minicpm import MINICPM_V_4_6  # noqa: E402
+
 VLM_PRESETS: dict[str, VisionFamily] = {
     "gemma3": VisionFamily(
         _gemma3_config, _gemma3_processor,
@@ -232,6 +235,7 @@ VLM_PRESETS: dict[str, VisionFamily] = {
     "qwen3_vl": VisionFamily(
         _qwen3_vl_config, _qwen_processor("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
         chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
+    "minicpm_v_4_6": MINICPM_V_4_6,
 }
 
 
