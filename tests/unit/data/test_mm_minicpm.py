@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from tests.support.mm_parity import load_parity_benchmark
+from tests.support.vision_chat import minicpm_processor_text
 from tuneline.data.mm import MediaSettings, get_mm_plugin
 from tuneline.data.template_catalog import TEMPLATES
 from tuneline.errors import DataError
@@ -40,16 +41,10 @@ def processor_with(base, **settings) -> SimpleNamespace:
 
 def own_expansion(processor, image) -> str:
     """transformers' MiniCPMV4_6Processor's text for one image: its placeholder, then its local id before it."""
-    from transformers import MiniCPMV4_6Processor
     from transformers.image_utils import load_image
 
     processed = processor.image_processor([load_image(image)])
-    divisor = 4 if processor.image_processor.downsample_mode == "4x" else 16
-    text = MiniCPMV4_6Processor.replace_image_token(processor, processed, 0, image_token_divisor=divisor)
-    if processor.default_use_image_id:
-        text = MiniCPMV4_6Processor._prepend_local_ids(processor, [processor.image_token], [text],
-                                                       processor.image_token)[0]
-    return text
+    return minicpm_processor_text(processor.image_processor, processor.tokenizer, processed)
 
 
 @pytest.mark.parametrize("size", SIZES)
