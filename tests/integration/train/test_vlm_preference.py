@@ -247,6 +247,7 @@ def test_minicpm_v_4_6_trains_dpo_and_rm_on_both_halves_images(tiny_vlm, tmp_pat
     """MiniCPM-V 4.6 packs every image of a batch into one row of patches: for [chosen; rejected] that is each row's
     images twice, one pad per 16 patches of their views; the reference and the reward model read the pixels."""
     import math
+    import shutil
 
     import torch
 
@@ -258,7 +259,8 @@ def test_minicpm_v_4_6_trains_dpo_and_rm_on_both_halves_images(tiny_vlm, tmp_pat
     from tuneline.reference.compute import compute_rows
     from tuneline.train import dpo, rm
 
-    config = pref_config(tiny_vlm, tmp_path / "dpo", "minicpm_v_4_6")
+    data = shutil.copytree(MM_DATA, tmp_path / "data")  # a copy: blanked images are written beside the demo's
+    config = pref_config(tiny_vlm, tmp_path / "dpo", "minicpm_v_4_6", dataset_dir=str(data))
     ref = build_dataset(config)
     train = load_processed(ref)["train"]
     rows = {"train": list(range(len(train)))}
