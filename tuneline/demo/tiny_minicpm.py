@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tuneline.demo.tiny_vlm import CHATML_END, CHATML_OPEN, VisionFamily, _text_config, chat_template
-
 NAMED = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "image_start_token": "<image>",
          "image_end_token": "</image>", "slice_start_token": "<slice>", "slice_end_token": "</slice>",
          "image_id_start_token": "<image_id>", "image_id_end_token": "</image_id>"}
@@ -26,12 +24,13 @@ LINEAR_ATTENTION = {"layer_types": ["linear_attention", "full_attention"], "line
                     "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16}
 
 
-def minicpm_v_4_6_config(tokenizer):
+def minicpm_v_4_6_config(tokenizer, text_config: dict):
+    """The model's config around `text_config` (the tiny text sizes and the tokenizer's ids)."""
     from transformers import MiniCPMV4_6Config
 
     vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
               "patch_size": PATCH, "image_size": SLICE_RESOLUTION}
-    return MiniCPMV4_6Config(text_config={"model_type": "qwen3_5_text", **_text_config(tokenizer, head_dim=16),
+    return MiniCPMV4_6Config(text_config={"model_type": "qwen3_5_text", **text_config,
                                           **LINEAR_ATTENTION},
                              vision_config=vision, insert_layer_id=0, image_size=SLICE_RESOLUTION,
                              image_token_id=tokenizer.convert_tokens_to_ids(NAMED["image_token"]),
@@ -48,9 +47,3 @@ def save_minicpm_v_4_6_processor(tokenizer, folder: Path) -> None:
     tokenizer.save_pretrained(folder)
     config = {"processor_class": "MiniCPMV4_6Processor", "image_processor": images, "video_processor": videos}
     (folder / "processor_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-
-
-MINICPM_V_4_6 = VisionFamily(
-    minicpm_v_4_6_config, save_minicpm_v_4_6_processor,
-    chat_template(CHATML_OPEN, CHATML_END, f"'{NAMED['image_token']}'", f"'{NAMED['video_token']}'"),
-    tokens=tuple(NAMED.values()), named=NAMED)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuneline.demo.tiny_minicpm import NAMED as MINICPM_NAMED
+from tuneline.demo.tiny_minicpm import minicpm_v_4_6_config, save_minicpm_v_4_6_processor
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -209,9 +211,6 @@ class VisionFamily:
     eos_token: str = IM_END
 
 
-# families in modules of their own, built on the pieces above
-from tuneline.demo.tiny_minicpm import MINICPM_V_4_6  # noqa: E402
-
 VLM_PRESETS: dict[str, VisionFamily] = {
     "gemma3": VisionFamily(
         _gemma3_config, _gemma3_processor,
@@ -235,7 +234,12 @@ VLM_PRESETS: dict[str, VisionFamily] = {
     "qwen3_vl": VisionFamily(
         _qwen3_vl_config, _qwen_processor("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
         chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
-    "minicpm_v_4_6": MINICPM_V_4_6,
+    # MiniCPM-V 4.6: ChatML turns, an image item written as its pad (its processor expands it)
+    "minicpm_v_4_6": VisionFamily(
+        lambda tokenizer: minicpm_v_4_6_config(tokenizer, _text_config(tokenizer, head_dim=16)),
+        save_minicpm_v_4_6_processor,
+        chat_template(CHATML_OPEN, CHATML_END, "'<|image_pad|>'", "'<|video_pad|>'"),
+        tokens=tuple(MINICPM_NAMED.values()), named=MINICPM_NAMED),
 }
 
 

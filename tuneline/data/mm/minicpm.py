@@ -98,3 +98,6 @@ def _processor_attribute(processor: Any, name: str, default: str | None) -> str:
     processor, `tuneline.model.image_only_processor`), else MiniCPM's own string."""
     return (getattr(processor, name, None) or getattr(getattr(processor, "tokenizer", None), name, None)
             or default)
+
+
+PLUGINS = {"minicpm_v_4_6": MiniCPMV46Plugin("minicpm_v_4_6", image_token="<|image_pad|>")}

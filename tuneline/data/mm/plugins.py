@@ -7,6 +7,7 @@ Both follow LLaMA-Factory 0.9.5's `mm_plugin.py`; `benchmarks/mm_parity.py` comp
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from dataclasses import dataclass
@@ -334,9 +335,6 @@ def _size_field(size: Any, key: str) -> int | None:
     return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
 
 
-# families in modules of their own, built on MMPlugin above
-from tuneline.data.mm.minicpm import MiniCPMV46Plugin  # noqa: E402
-
 PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     MMPlugin(),
     LlavaPlugin("llava", image_token="<image>"),
@@ -344,15 +342,23 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     Gemma3Plugin("gemma3", image_token="<image_soft_token>"),
     Qwen2VLPlugin("qwen2_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
     Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
-    MiniCPMV46Plugin("minicpm_v_4_6", image_token="<|image_pad|>"),
 )}
+
+
+# plugins kept in a family's own module (built on the classes above): plugin name -> module, whose PLUGINS holds it
+FAMILY_MODULES: dict[str, str] = {
+    "minicpm_v_4_6": "tuneline.data.mm.minicpm",
+}
 
 
 def get_mm_plugin(name: str | None) -> MMPlugin:
     """The plugin a template names (`Template.mm_plugin`); None or 'base' for text-only models."""
     if name is None:
         return PLUGINS["base"]
+    if name in FAMILY_MODULES:
+        return importlib.import_module(FAMILY_MODULES[name]).PLUGINS[name]
     if name not in PLUGINS:
-        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, PLUGINS)}; "
-                          f"use one of {sorted(PLUGINS)}")
+        known = {**PLUGINS, **FAMILY_MODULES}
+        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, known)}; "
+                          f"use one of {sorted(known)}")
     return PLUGINS[name]
