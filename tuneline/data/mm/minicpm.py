@@ -32,6 +32,11 @@ _TURNED = (5, 6, 7, 8)  # EXIF orientations that swap width and height once appl
 class MiniCPMV46Plugin(MMPlugin):
     """The image pads of each image as MiniCPM-V 4.6's processor writes them (see the module docstring)."""
 
+    # why its videos are refused, for the refusals that name a reason: LLaMA-Factory 0.9.5's plugin reads a video's
+    # frame count and sizes from keys its video inputs never hold (a video row fails there with a TypeError)
+    unencoded_videos = ("reads no videos (LLaMA-Factory 0.9.5's minicpm_v_4_6 plugin fails on them: it looks for a "
+                        "video's frames and sizes where its video inputs do not hold them)")
+
     def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
         marks = {name: _processor_attribute(processor, name, default) for name, default in MARKERS.items()}
         pad = _processor_attribute(processor, "image_token", self.image_token)
