@@ -110,3 +110,17 @@ def test_videos_are_refused_and_the_template_is_chatml_turns(parity_processor):
     template = TEMPLATES["minicpm_v_4_6"]
     assert template.mm_plugin == "minicpm_v_4_6" and template.stop_words == ("<|im_end|>",)
     assert template.user == ("<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n",)
+
+
+@pytest.mark.parametrize("variant", ["16x", "4x"])
+def test_a_decoded_prompt_reads_each_whole_image_as_one_placeholder(parity_processor, tmp_path, variant):
+    """Predictions and the model card show a prompt with its images as <image>: the number, the overview and every
+    slice of an image are one image."""
+    processor = processor_with(parity_processor, **VARIANTS[variant])
+    wide, small = tmp_path / "wide.png", tmp_path / "small.png"
+    Image.new("RGB", (900, 300), "teal").save(wide)
+    Image.new("RGB", (40, 40), "teal").save(small)
+    chat = [{"role": "user", "content": "<image>Who?\n<image>"}]
+    expanded = PLUGIN.expand_messages(chat, [str(wide), str(small)], [], processor)[0]["content"]
+    assert expanded.count("<slice>") > 1
+    assert PLUGIN.readable(f"<|im_start|>user\n{expanded}<|im_end|>") == "<|im_start|>user\n<image>Who?\n<image><|im_end|>"

@@ -11,9 +11,11 @@ a video's inputs do not hold), and transformers' MiniCPM-V video processor needs
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from tuneline.data.media import IMAGE_PLACEHOLDER
 from tuneline.data.mm.pixels import MediaSettings, open_image
 from tuneline.data.mm.plugins import MMPlugin
 
@@ -53,6 +55,14 @@ class MiniCPMV46Plugin(MMPlugin):
                 text += "\n".join([one * grid[1]] * grid[0])
             texts.append(text)
         return texts
+
+    def readable(self, text: str) -> str:
+        """A decoded prompt with each image's whole text (its number, overview and slice grid) as one <image>."""
+        pad, mark = re.escape(self.image_token), {name: re.escape(token) for name, token in MARKERS.items()}
+        image = (f"(?:{mark['image_id_start_token']}\\d+{mark['image_id_end_token']})?"
+                 f"{mark['image_start_token']}(?:{pad})*{mark['image_end_token']}"
+                 f"(?:\n?{mark['slice_start_token']}(?:{pad})*{mark['slice_end_token']})*")
+        return re.sub(image, IMAGE_PLACEHOLDER, text)
 
     def batch_inputs(self, images: list, videos: list, batch_ids: list[list[int]], processor: Any,
                      settings: MediaSettings = MediaSettings()) -> dict[str, Any]:
