@@ -10,6 +10,11 @@ PaliGemma's SigLIP one), saves each to a folder both environments load, and runs
 setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
 "N of M jobs identical".
 
+MiniCPM-V 4.6 (sliced at a 112-pixel resolution, so the demo images get slices) is compared as it downsamples 16x with
+image ids and 4x without: transformers 5.6 has no MiniCPM-V 4.6 classes, so LLaMA-Factory's side replays the image
+processor's outputs made here (benchmarks/minicpm_parity_processor.py says how); the pixel limits do not apply to it
+in either project, and each setting must give the same result.
+
 Qwen2-VL/Qwen3-VL processors need a video processor, which needs torchvision: both sides get the Qwen2-VL image
 processor and the tokenizer alone, in a plain object where the processor would be (the plugins only read attributes).
 PixtralProcessor needs torchvision too: both sides get its PIL image processor, the tokenizer and its settings so.
@@ -48,6 +53,7 @@ DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its im
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
     "pixtral": "pixtral", "paligemma": "paligemma",
+    "minicpm_v_4_6": "minicpm_v_4_6", "minicpm_v_4_6_4x": "minicpm_v_4_6",  # 16x with image ids; 4x without
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -83,6 +89,8 @@ def build_processor(family: str, out: Path) -> Path:
         SiglipImageProcessorPil,
     )
 
+    if family.startswith("minicpm"):
+        return minicpm_processors().build(family, out, TOKENIZER, [row["images"] for row in demo_rows()])
     if family == "llava":
         tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={"image_token": "<image>"})
         image_processor = CLIPImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56})
@@ -129,6 +137,8 @@ def load_processor(family: str, folder: Path, settings: dict) -> object:
     if family == "pixtral":  # its settings as attributes, as on PixtralProcessor
         processor = SimpleNamespace(image_processor=PixtralImageProcessorPil.from_pretrained(folder),
                                     tokenizer=AutoTokenizer.from_pretrained(folder), **PIXTRAL)
+    elif family.startswith("minicpm"):
+        processor = minicpm_processors().load(folder)
     elif family.startswith("qwen"):  # named: transformers 5.6's AutoImageProcessor refuses to load without torchvision
         image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
         processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
@@ -139,6 +149,19 @@ def load_processor(family: str, folder: Path, settings: dict) -> object:
     for key, value in settings.items():
         setattr(processor, key, value)
     return processor
+
+
+def minicpm_processors():
+    """benchmarks/minicpm_parity_processor.py: MiniCPM-V 4.6's processors, which transformers 5.6 lacks."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import minicpm_parity_processor
+
+    return minicpm_parity_processor
+
+
+def unread_fields(family: str) -> tuple[str, ...]:
+    """LLaMA-Factory's batch fields that no model reads, left out of the comparison (MiniCPM-V 4.6's counts)."""
+    return minicpm_processors().UNREAD_FIELDS if family.startswith("minicpm") else ()
 
 
 def jobs() -> list[tuple[str, str, dict]]:
@@ -197,7 +220,8 @@ def encode_row(tokenizer, messages: list[dict]) -> list[int]:
 LLAMAFACTORY_SIDE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from mm_parity import FAMILIES, demo_rows, encode_row, image_digest, jobs, load_processor, nest_crop_counts, summarize
+from mm_parity import (FAMILIES, demo_rows, encode_row, image_digest, jobs, load_processor, nest_crop_counts,
+                       summarize, unread_fields)
 from llamafactory.data.template import TEMPLATES
 
 folders = json.loads(sys.argv[2])
@@ -213,6 +237,7 @@ for family, setting, values in jobs():
         ids = encode_row(processor.tokenizer, messages)
         ids, _ = plugin.process_token_ids(ids, None, row["images"], [], [], processor.tokenizer, processor)
         inputs = plugin.get_mm_inputs(row["images"], [], [], [len(row["images"])], [0], [0], [ids], processor)
+        inputs = {k: v for k, v in inputs.items() if k not in unread_fields(family)}
         limits = {k: v for k, v in values.items() if k.endswith("_pixels")}
         regularized = plugin._regularize_images(row["images"], **limits)["images"]
         rows.append({"texts": [m["content"] for m in messages], "ids": ids,

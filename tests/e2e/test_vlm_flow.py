@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.flows import run_flow
+from tests.support.flows import REPO, run_flow
 
 MLLM = Path(__file__).resolve().parents[1] / "fixtures" / "llamafactory" / "0.9.5" / "data"
 
@@ -85,3 +85,26 @@ def test_pan_and_scan_runs_through_the_flow(prefect_api, tiny_vlm, tmp_path):
     rows = load_processed(built)["train"]
     begin = load_processor(checked_config(path)).tokenizer.convert_tokens_to_ids("<start_of_image>")
     assert sum(row["input_ids"].count(begin) for row in rows) > sum(len(row["images"]) for row in rows)
+
+
+def test_a_cutoff_len_that_cuts_an_image_ends_the_flow_before_training_with_one_message(prefect_api, tiny_vlm,
+                                                                                         tmp_path):
+    """`cutoff_len: 64` on the tiny gemma3 and mllm_demo, as a user would run it: the build-dataset step refuses the
+    first row whose second image's tokens the cut leaves out (the training child used to die in the forward with
+    "Image features and image tokens do not match"), naming the row, the tokens and the cutoff_len that keeps them."""
+    import os
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+
+    path, _ = gemma3_run(tiny_vlm, tmp_path, cutoff_len=64)
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    done = subprocess.run([sys.executable, "-m", "flows.finetune", str(path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in output, output[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "mllm_demo.json: row 1: image tokens cut by cutoff_len: its 2 images need " in last, last
+    assert "and cutoff_len 64 keeps" in last and "set cutoff_len to" in last and "on_bad_rows: skip" in last, last
+    assert not (tmp_path / "out" / "trainer_log.jsonl").exists(), "refused before training"

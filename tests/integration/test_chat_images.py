@@ -10,7 +10,14 @@ import io
 import pytest
 
 from cli.main import run
-from tests.support.vision_chat import MLLM_DATA, QUESTION, noise_image, processor_answer, vlm_chat_config
+from tests.support.vision_chat import (
+    MLLM_DATA,
+    QUESTION,
+    minicpm_processor_answer,
+    noise_image,
+    processor_answer,
+    vlm_chat_config,
+)
 from tuneline.errors import UserError
 
 # The templates' prompts written out by hand: the processor expands its own image token (Gemma 3: begin-of-image).
@@ -30,6 +37,16 @@ def test_a_prompt_with_an_image_is_answered_from_its_pixels(preset, tiny_vlm, tm
     written = f"<image>{QUESTION}"  # the placeholder where the user puts it answers the same
     assert run(["chat", str(path), "--prompt", written, "--image", str(noise_image(tmp_path, 1))]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == answers[1]
+
+
+def test_minicpm_answers_an_image_as_its_processors_expansion_and_generate_do(tiny_vlm, tmp_path, capsys):
+    """MiniCPM-V 4.6's processor needs torchvision: tuneline chat reads the image with the image half of it, and
+    answers as transformers' own expansion of the image and `generate` do, for an image it slices and one it does
+    not."""
+    path, out = vlm_chat_config(tiny_vlm, tmp_path, "minicpm_v_4_6")
+    for image in (MLLM_DATA / "mllm_demo_data" / "1.jpg", noise_image(tmp_path, 0)):
+        assert run(["chat", str(path), "--prompt", QUESTION, "--image", str(image)]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == minicpm_processor_answer(out, image)
 
 
 def test_images_attach_to_messages_in_a_conversation(tiny_vlm, tmp_path, capsys, monkeypatch):

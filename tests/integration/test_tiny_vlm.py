@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data" / "mllm_demo_data" / "1.jpg"
 CHAT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in the picture?"}]},
         {"role": "assistant", "content": "A cat."}]
+MODEL_TYPES = {"minicpm_v_4_6": "minicpmv4_6"}  # presets named by their template where the model type differs
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +105,33 @@ def test_qwen_model_runs_on_its_image_processors_patches(built, image, preset):
     assert "<|vision_start|><|image_pad|><|vision_end|>What is in the picture?<|im_end|>" in text
     inputs = {**tokenizer(text.replace("<|image_pad|>", "<|image_pad|>" * tokens), return_tensors="pt"), **pixels}
     inputs["mm_token_type_ids"] = (inputs["input_ids"] == tokenizer.image_token_id).long()
+    assert 0 < forward_loss(model, inputs) < 20
+
+
+def test_minicpm_model_runs_on_the_slices_its_plugin_counts(built, image):
+    """MiniCPM-V 4.6's processor needs torchvision too: its image processor's overview and slices, the pads the
+    plugin writes for them (one per 16 patches), and the model's forward on both."""
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
+
+    from tuneline.data.mm import get_mm_plugin
+    from tuneline.model.image_only_processor import ImageOnlyProcessor
+
+    folder = built("minicpm_v_4_6")
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForImageTextToText.from_pretrained(folder)
+    saved = json.loads((folder / "processor_config.json").read_text())
+    assert saved["processor_class"] == "MiniCPMV4_6Processor"
+    assert saved["image_processor"]["patch_size"] == saved["video_processor"]["patch_size"] == 8
+    processor = ImageOnlyProcessor(AutoImageProcessor.from_pretrained(folder), tokenizer, [])
+    text = tokenizer.apply_chat_template(CHAT, tokenize=False)
+    assert "<|im_start|>user\n<|image_pad|>What is in the picture?<|im_end|>" in text
+    plugin = get_mm_plugin("minicpm_v_4_6")
+    expanded = plugin.expand_messages([{"role": "user", "content": "<image>"}], [str(IMAGE)], [], processor)
+    assert expanded[0]["content"].startswith("<image_id>0</image_id><image>") and "<slice>" in expanded[0]["content"]
+    pixels = plugin.batch_inputs([str(IMAGE)], [], [[1]], processor)
+    assert pixels["target_sizes"].tolist() == [[4, 12], [12, 8], [12, 8], [12, 8]]  # the overview, a 1 x 3 grid
+    inputs = {**tokenizer(text.replace("<|image_pad|>", expanded[0]["content"]), return_tensors="pt"), **pixels}
+    pads = int((inputs["input_ids"] == model.config.image_token_id).sum())
+    assert pads == int(pixels["target_sizes"].prod(-1).sum()) // 16 == 21
     assert 0 < forward_loss(model, inputs) < 20
 
 

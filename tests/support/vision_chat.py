@@ -33,6 +33,10 @@ def vlm_chat_config(tiny_vlm, root, preset: str):
     path = root / f"{preset}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, out
+PROMPTS["minicpm_v_4_6"] = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+                            "<|image_pad|>{}<|im_end|>\n<|im_start|>assistant\n")
+MINICPM_TOKENS = ("image_token", "image_start_token", "image_end_token", "slice_start_token", "slice_end_token",
+                  "image_id_start_token", "image_id_end_token")
 
 
 def noise_image(folder, seed: int):
@@ -62,3 +66,39 @@ def processor_answer(model_dir, preset: str, image_path, question: str = QUESTIO
         out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
     answer = out[0, inputs["input_ids"].shape[1]:].tolist()
     return processor.tokenizer.decode(answer, skip_special_tokens=True).strip()
+
+
+def minicpm_processor_text(image_processor, tokenizer, processed) -> str:
+    """The text transformers' MiniCPMV4_6Processor writes for the first image of `processed` (its image processor's
+    output), with its local id. That processor is built only with its video processor (torchvision), so its own
+    expansion methods run on an object holding what it would hold."""
+    from types import SimpleNamespace
+
+    from transformers import MiniCPMV4_6Processor
+
+    holder = SimpleNamespace(slice_mode=image_processor.slice_mode,
+                             **{name: getattr(tokenizer, name) for name in MINICPM_TOKENS})
+    divisor = 4 if image_processor.downsample_mode == "4x" else 16
+    text = MiniCPMV4_6Processor.replace_image_token(holder, processed, 0, image_token_divisor=divisor)
+    if image_processor.use_image_id:
+        text = MiniCPMV4_6Processor._prepend_local_ids(holder, [holder.image_token], [text], holder.image_token)[0]
+    return text
+
+
+def minicpm_processor_answer(model_dir, image_path, question: str = QUESTION, max_new_tokens: int = 6) -> str:
+    """`processor_answer` for MiniCPM-V 4.6: its image processor's pixels, the prompt its processor's own expansion
+    writes (`minicpm_processor_text`), greedy `generate`: no tuneline."""
+    import torch
+    from PIL import Image
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
+
+    tokenizer, images = AutoTokenizer.from_pretrained(model_dir), AutoImageProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    pixels = images([Image.open(image_path).convert("RGB")], return_tensors="pt")
+    prompt = PROMPTS["minicpm_v_4_6"].format(question).replace(
+        tokenizer.image_token, minicpm_processor_text(images, tokenizer, pixels))
+    inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**inputs, pixel_values=pixels["pixel_values"], target_sizes=pixels["target_sizes"],
+                             do_sample=False, max_new_tokens=max_new_tokens)
+    return tokenizer.decode(out[0, inputs["input_ids"].shape[1]:].tolist(), skip_special_tokens=True).strip()

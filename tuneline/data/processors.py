@@ -1,7 +1,9 @@
 """Per-stage encoding of standard examples into model inputs, one batch at a time.
 
-Truncation follows LLaMA-Factory (`split_budget`). Preference stages also emit `CHECK_COLUMNS`, so a row that
-truncation leaves untrainable is reported and dropped by the build step like any other bad row."""
+Truncation follows LLaMA-Factory (`split_budget`). Preference stages, and every stage on rows with images or videos,
+also emit `CHECK_COLUMNS`, so a row that truncation leaves untrainable (no response token left; image tokens cut,
+which no forward can pair with the image's features) is reported and dropped by the build step like any other bad
+row."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ STAGE_COLUMNS["dpo"] = STAGE_COLUMNS["rm"]
 CHECK_COLUMNS = ("_problem", "_file", "_row")
 TRUNCATED = "_truncated"
 NO_ROOM = "no room for a response"
+MEDIA_CUT = "image tokens cut by cutoff_len"
 
 
 def split_budget(prompt_len: int, answer_len: int, budget: int) -> tuple[int, int]:
@@ -112,6 +115,24 @@ class Encoder:
         return (f"{NO_ROOM}: the prompt is {prompt_len} tokens; cut to cutoff_len {self.cutoff_len} as LLaMA-Factory "
                 "cuts it, no response token is left")
 
+    def media_cut_problem(self, batch: dict[str, list], row: int, whole: list[int], kept: list[int]) -> str:
+        """Why a row whose image (or video) tokens cutoff_len cuts cannot train ("" when they are all kept, or the row
+        has no media): the model pairs each of those tokens with one feature of its image, and LLaMA-Factory, which
+        cuts such a row all the same, fails inside the forward."""
+        if self.media is None:
+            return ""
+        plugin = self.media.plugin
+        ids = {self.tokenizer.convert_tokens_to_ids(t) for t in (plugin.image_token, plugin.video_token) if t}
+        needed, left = sum(t in ids for t in whole), sum(t in ids for t in kept)
+        if left == needed:
+            return ""
+        counts = {"image": len(batch["_images"][row] or ()), "video": len(batch["_videos"][row] or ())}
+        media = " and ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in counts.items() if n)
+        kinds = " and ".join(kind for kind, n in counts.items() if n)
+        return (f"{MEDIA_CUT}: its {media} need{'s' if sum(counts.values()) == 1 else ''} {needed} {kinds} tokens, "
+                f"and cutoff_len {self.cutoff_len} keeps {left} of them; set cutoff_len to {len(whole)} or more "
+                "(the row's length)")
+
     def supervised(self, message_ids: list[list[int]], start: tuple[list[int], list[int]] = ((), ())
                    ) -> tuple[list[int], list[int]]:
         """ids and labels of a multi-turn conversation, truncated turn by turn within cutoff_len; `start`: ids and
@@ -151,12 +172,17 @@ def encode_sft(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
     whole = [sum(map(len, messages)) + len(enc.eos()) + len(start[0]) for messages, start in
              zip(encoded, starts, strict=True)]
     truncated = [len(ids) < length for (ids, _), length in zip(pairs, whole, strict=True)]
-    if enc.packing:  # rows are packs of examples: the batch's count goes on its first row
+    if enc.packing:  # rows are packs of examples: the batch's count goes on its first row (never with media)
         out = pack_examples(pairs, enc.cutoff_len)
         out[TRUNCATED] = [sum(truncated)] + [0] * (len(out["input_ids"]) - 1) if out["input_ids"] else []
         return out
-    return {"input_ids": [p[0] for p in pairs], "attention_mask": [[1] * len(p[0]) for p in pairs],
-            "labels": [p[1] for p in pairs], TRUNCATED: [int(t) for t in truncated]}
+    out = {"input_ids": [p[0] for p in pairs], "attention_mask": [[1] * len(p[0]) for p in pairs],
+           "labels": [p[1] for p in pairs], TRUNCATED: [int(t) for t in truncated]}
+    if enc.media is None:
+        return out
+    problems = [enc.media_cut_problem(batch, i, [*start, *(t for ids in messages for t in ids), *enc.eos()], ids)
+                for i, (messages, (start, _), (ids, _)) in enumerate(zip(encoded, starts, pairs, strict=True))]
+    return _with_checks(out, batch, problems)
 
 
 def _with_checks(out: dict[str, list], batch: dict[str, list], problems: list[str]) -> dict[str, list]:
@@ -177,7 +203,9 @@ def encode_pairwise(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
         answers = {"chosen": c_ids[-1] + enc.eos(), "rejected": r_ids[-1] + enc.eos()}
         longest = max(map(len, answers.values()))
         keep_p, keep_a = split_budget(len(prompt), longest, enc.cutoff_len)  # one cut for both sides
-        problems.append(enc.room_problem(len(prompt), keep_a))
+        cut = [enc.media_cut_problem(batch, row, prompt + answer, prompt[:keep_p] + answer[:keep_a])
+               for answer in answers.values()]
+        problems.append(enc.room_problem(len(prompt), keep_a) or cut[0] or cut[1])
         out[TRUNCATED].append(int(keep_p < len(prompt) or keep_a < longest))
         for side, answer in answers.items():
             ids = prompt[:keep_p] + answer[:keep_a]
@@ -200,10 +228,14 @@ def encode_kto(enc: Encoder, batch: dict[str, list]) -> dict[str, list]:
         prompt_len = len(start) + sum(len(m) for m in ids[:-1])
         for prefix, message_ids in (("", ids), ("kl_", kl_ids)):
             prompt, answer = enc.prompt_answer(message_ids, start)
+            whole = [*start, *(t for m in message_ids for t in m), *enc.eos()]
+            cut = enc.media_cut_problem(batch, row, whole, prompt + answer)
             if not prefix:
-                problems.append(enc.room_problem(prompt_len, len(answer)))
+                problems.append(enc.room_problem(prompt_len, len(answer)) or cut)
                 full = prompt_len + len(message_ids[-1]) + len(enc.eos())
                 out[TRUNCATED].append(int(len(prompt) + len(answer) < full))
+            elif cut and not problems[-1]:  # the mismatched answer cut the prompt further
+                problems[-1] = cut
             out[f"{prefix}input_ids"].append(prompt + answer)
             out[f"{prefix}attention_mask"].append([1] * (len(prompt) + len(answer)))
             out[f"{prefix}labels"].append([IGNORE] * len(prompt) + answer)

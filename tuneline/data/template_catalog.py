@@ -176,6 +176,8 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("llava", user=("USER: {{content}} ASSISTANT:",), mm_plugin="llava", default_system=_VICUNA_SYSTEM),
     Template("llava_next", user=("USER: {{content}} ASSISTANT:",), mm_plugin="llava_next",
              default_system=_VICUNA_SYSTEM),
+    Template("minicpm_v_4_6", **_IM, stop_words=("<|im_end|>",), default_system="You are a helpful assistant.",
+             mm_plugin="minicpm_v_4_6"),
     Template("olmo", user=("<|user|>\n{{content}}<|assistant|>\n",), prefix=(EOS,)),
     Template("bailing", user=("<role>HUMAN</role>{{content}}<role>ASSISTANT</role>",),
              system=("<role>SYSTEM</role>{{content}}",),

@@ -13,6 +13,7 @@ class Unbuilt(NamedTuple):
     family: str  # the models the template is for
     media: str  # what its plugin encodes
     text: str | None  # the built template whose text turns are the same, slot for slot; None: none is
+    reason: str | None = None  # why it is not built, where more can be said than that its media are not encoded
 
 
 IMAGES, VIDEOS, AUDIO = "images", "images and videos", "audio"
@@ -36,9 +37,14 @@ UNBUILT: dict[str, Unbuilt] = {
     "llava_next_video_mistral": Unbuilt("LLaVA-NeXT-Video (Mistral)", VIDEOS, "mistral"),
     "llava_next_video_yi": Unbuilt("LLaVA-NeXT-Video (Yi)", VIDEOS, "yi"),
     "mimo_vl": Unbuilt("MiMo-VL", VIDEOS, None),
-    "minicpm_v": Unbuilt("MiniCPM-V", VIDEOS, None),
-    "minicpm_v_4_6": Unbuilt("MiniCPM-V 4.6", VIDEOS, None),
-    "minicpm_o": Unbuilt("MiniCPM-o", OMNI, None),
+    "minicpm_v": Unbuilt("MiniCPM-V 2 to 4.5", VIDEOS, "minicpm_v_4_6", reason=(
+        "those models are remote code in their checkpoints, model type 'minicpmv': transformers has no class for "
+        "their processor, whose slice placeholders the plugin asks for, nor for their model, which reads the "
+        "plugin's `image_bound`; MiniCPM-V 4.6 is transformers' own, and template 'minicpm_v_4_6' encodes its "
+        "images")),
+    "minicpm_o": Unbuilt("MiniCPM-o", OMNI, None, reason=(
+        "its plugin reads audio through the remote-code processor of the checkpoint, model type 'minicpmo', which "
+        "transformers does not have, and tuneline encodes no audio")),
     "ministral3": Unbuilt("Ministral 3", IMAGES, "ministral"),
     "qwen2_audio": Unbuilt("Qwen2-Audio", AUDIO, None),
     "qwen2_omni": Unbuilt("Qwen2.5-Omni", OMNI, "qwen2_vl"),
@@ -58,6 +64,7 @@ def unbuilt_template_problem(name: str | None, vision_built: list[str]) -> str |
         return None
     text = (f"for rows without {unbuilt.media}, its text turns are template '{unbuilt.text}'"
             if unbuilt.text else "no built template has its text turns; 'auto' reads the model's own chat template")
+    reason = f" ({unbuilt.reason})" if unbuilt.reason else ""
     return (f"template '{name}' is LLaMA-Factory's template for {unbuilt.family} ({unbuilt.media}), whose "
-            f"{'audio' if 'audio' in unbuilt.media else 'media'} tuneline does not encode: {text}, or fine-tune a "
-            f"vision model whose template tuneline builds ({', '.join(vision_built)})")
+            f"{'audio' if 'audio' in unbuilt.media else 'media'} tuneline does not encode{reason}: {text}, or "
+            f"fine-tune a vision model whose template tuneline builds ({', '.join(vision_built)})")

@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl, pixtral, paligemma).
+qwen3_vl, pixtral, paligemma, minicpm_v_4_6).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -17,6 +17,8 @@ from functools import partial
 from pathlib import Path
 
 from tuneline.demo import tiny_paligemma, tiny_pixtral
+from tuneline.demo.tiny_minicpm import NAMED as MINICPM_NAMED
+from tuneline.demo.tiny_minicpm import minicpm_v_4_6_config, save_minicpm_v_4_6_processor
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -248,6 +250,12 @@ VLM_PRESETS: dict[str, VisionFamily] = {
         partial(tiny_paligemma.save_paligemma_processor, vision=TOWER),
         chat_template("''", "''", "'<image>'", end_answer="eos_token", bos=True),
         tokens=tiny_paligemma.PALIGEMMA_TOKENS, named=tiny_paligemma.PALIGEMMA_NAMED),
+    # MiniCPM-V 4.6: ChatML turns, an image item written as its pad (its processor expands it)
+    "minicpm_v_4_6": VisionFamily(
+        lambda tokenizer: minicpm_v_4_6_config(tokenizer, _text_config(tokenizer, head_dim=16)),
+        save_minicpm_v_4_6_processor,
+        chat_template(CHATML_OPEN, CHATML_END, "'<|image_pad|>'", "'<|video_pad|>'"),
+        tokens=tuple(MINICPM_NAMED.values()), named=MINICPM_NAMED),
 }
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tuneline.data.media import IMAGE_PLACEHOLDER
 from tuneline.evaluation import generation, scoring
 from tuneline.evaluation.loading import load_eval_model, load_validation
 from tuneline.evaluation.sampled_rewards import reward_functions_step
@@ -47,11 +45,8 @@ class EvalContext:
         return {"images": list(self.data[row]["images"])}
 
     def readable_prompt(self, text: str) -> str:
-        """A decoded prompt with each run of an image's tokens (hundreds for some models) written as one <image>."""
-        if self.media is None or not self.media.media.plugin.image_token:
-            return text
-        token = re.escape(self.media.media.plugin.image_token)
-        return re.sub(f"(?:{token})+", IMAGE_PLACEHOLDER, text)
+        """A decoded prompt with each image's tokens (hundreds for some models) written as one <image>."""
+        return text if self.media is None else self.media.media.plugin.readable(text)
 
 
 def language_model_step(ctx: EvalContext) -> dict[str, float]:

@@ -1,12 +1,13 @@
-"""A Qwen-VL processor without its video half, for where torchvision does not load.
+"""A Qwen-VL (or MiniCPM-V 4.6) processor without its video half, for where torchvision does not load.
 
-transformers builds the Qwen2-VL, Qwen2.5-VL and Qwen3-VL processors only with their video processor, and every video
-processor imports torchvision, so without it no Qwen-VL processor loads, even for rows that hold only images. But an
-image row needs no more than the image processor (its PIL version loads without torchvision) and the tokenizer: the
-plugin (`tuneline.data.mm.plugins`) counts the pad tokens and adds `mm_token_type_ids` itself, which is all the full
-processor adds for images. So this holds those two parts and answers what the plugin asks of a processor; rows with
-videos are still refused before the run starts (`tuneline.data.mm.requirements`). Saved, it writes the image
-processor, the tokenizer and the model's own processor files, so the folder loads whole where torchvision does.
+transformers builds the Qwen2-VL, Qwen2.5-VL, Qwen3-VL and MiniCPM-V 4.6 processors only with their video processor,
+and every video processor imports torchvision, so without it none of them loads, even for rows that hold only images.
+But an image row needs no more than the image processor (its PIL version loads without torchvision) and the
+tokenizer: the plugin (`tuneline.data.mm`) counts the pad tokens (MiniCPM's markers are tokenizer attributes) and
+adds `mm_token_type_ids` itself, which is all the full processor adds for images. So this holds those two parts and
+answers what the plugin asks of a processor; rows with videos are still refused before the run starts
+(`tuneline.data.mm.requirements`). Saved, it writes the image processor, the tokenizer and the model's own processor
+files, so the folder loads whole where torchvision does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 from tuneline.errors import UserError
 
-IMAGE_ONLY_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")  # processors whose image half suffices
+# processors whose image half suffices
+IMAGE_ONLY_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "minicpmv4_6")
 # The model's processor files that neither the image processor nor the tokenizer writes, copied as they are.
 PROCESSOR_FILES = ("processor_config.json", "video_preprocessor_config.json", "chat_template.jinja",
                    "chat_template.json")

@@ -42,6 +42,8 @@ COMPOSITE_MODELS: dict[str, CompositeParts] = {
     "glm4v": _QWEN,
     "qwen3_vl": _QWEN3,
     "qwen3_vl_moe": _QWEN3,
+    "minicpmv4_6": CompositeParts(projector=("model.merger",), vision_tower=("model.vision_tower",),
+                                  language_model=("model.language_model", "lm_head")),
 }
 
 

@@ -188,6 +188,8 @@ def answer_vision(config, tokenizer, template) -> tuple[AnswerVision | None, str
     from tuneline.model.processor import load_processor
 
     if template.mm_plugin is None:
+        from tuneline.data.template_catalog import VISION
+
         return None, (f"'template: {template.name}' reads text only; use the model's vision-language template "
                       f"({', '.join(VISION)})")
     processor = load_processor(config, tokenizer)

@@ -10,8 +10,9 @@ from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.model.vision import COMPOSITE_MODELS, in_part
 
-PRESETS = ["gemma3", "llava", "paligemma", "pixtral", "qwen2_vl", "qwen3_vl"]
-MODEL_TYPES = {"pixtral": "llava"}  # a preset whose model is another family's (LLaVA with a Pixtral tower)
+PRESETS = ["gemma3", "llava", "minicpm_v_4_6", "paligemma", "pixtral", "qwen2_vl", "qwen3_vl"]
+# presets whose model type differs from their template's name (pixtral: LLaVA with a Pixtral tower)
+MODEL_TYPES = {"pixtral": "llava", "minicpm_v_4_6": "minicpmv4_6"}
 UNFROZEN = {"freeze_vision_tower": False, "freeze_multi_modal_projector": False}
 
 

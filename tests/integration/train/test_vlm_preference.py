@@ -244,3 +244,52 @@ def test_an_edited_image_recomputes_the_reference_of_the_rows_that_name_it(tiny_
     assert second["computed_rows"] == len(naming) == 2  # of four rows, two show 1.jpg
     before, after = (load_processed(ref["path"])["train"]["ref_chosen_logps"] for ref in (first, second))
     assert [i for i in range(4) if before[i] != after[i]] == naming
+
+
+def test_minicpm_v_4_6_trains_dpo_and_rm_on_both_halves_images(tiny_vlm, tmp_path):
+    """MiniCPM-V 4.6 packs every image of a batch into one row of patches: for [chosen; rejected] that is each row's
+    images twice, one pad per 16 patches of their views; the reference and the reward model read the pixels."""
+    import math
+    import shutil
+
+    import torch
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.objectives.logps import MEDIA_INPUTS
+    from tuneline.reference import build_reference_logps
+    from tuneline.reference.compute import compute_rows
+    from tuneline.train import dpo, rm
+
+    data = shutil.copytree(MM_DATA, tmp_path / "data")  # a copy: blanked images are written beside the demo's
+    config = pref_config(tiny_vlm, tmp_path / "dpo", "minicpm_v_4_6", dataset_dir=str(data))
+    ref = build_dataset(config)
+    train = load_processed(ref)["train"]
+    rows = {"train": list(range(len(train)))}
+    seen = compute_rows(config, {"train": train}, rows)[0]["train"]
+    blind = compute_rows(config, {"train": blanked(train)}, rows)[0]["train"]
+    assert all(not math.isclose(a, b, rel_tol=1e-6) for pair, other in zip(seen, blind, strict=True)
+               for a, b in zip(pair, other, strict=True)), "the pixels reach the reference's forward"
+    keeper = FirstBatch()
+    assert dpo.run(config, build_reference_logps(config, ref), [keeper])["global_step"] == 2
+    tokenizer = load_tokenizer(config.model)
+    pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    batch = keeper.batch
+    media = batch[MEDIA_INPUTS]
+    pads = int((batch["chosen_input_ids"] == pad).sum() + (batch["rejected_input_ids"] == pad).sum())
+    assert pads == int(media["target_sizes"].prod(-1).sum()) // 16 > 0 and media["pixel_values"].shape[0] == 1
+
+    config = pref_config(tiny_vlm, tmp_path / "rm", "minicpm_v_4_6", stage="rm")
+    ref = build_dataset(config)
+    result = rm.run(config, ref, [])
+    assert result["global_step"] == 2 and math.isfinite(result["metrics"]["train_loss"])
+    scorer = load_model(config, tokenizer, is_trainable=False, add_valuehead=True, adapters=str(tmp_path / "rm" / "out"))
+    train = load_processed(ref)["train"]
+    pairs = build_collator("rm", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0], train[1]])
+    media = pairs[MEDIA_INPUTS]
+    with torch.no_grad():
+        scores = torch.cat(rm.pair_scores(scorer, pairs))
+        blind = torch.cat(rm.pair_scores(scorer, {**pairs, MEDIA_INPUTS: {**media, "pixel_values": 0 * media[
+            "pixel_values"]}}))
+    assert not torch.allclose(scores, blind), "the pixels reach the reward model's forward"

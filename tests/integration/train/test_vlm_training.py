@@ -14,6 +14,24 @@ def sft_config(tiny_vlm, tmp_path, preset: str, **keys):
                                                      "val_size": 2, **keys})
 
 
+def built_with_image_half(tiny_vlm, tmp_path, preset: str):
+    """(config, dataset reference, tokenizer, train rows, media) of a preset whose processor needs torchvision: where
+    it does not load (here), the media hold the image half of its processor."""
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.data.mm.requirements import torchvision_works
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_tokenizer
+
+    config = sft_config(tiny_vlm, tmp_path, preset)
+    ref = build_dataset(config)
+    tokenizer = load_tokenizer(config.model)
+    train = load_processed(ref)["train"]
+    media = dataset_media(config, tokenizer, [train])
+    if not torchvision_works():
+        assert type(media.processor).__name__ == "ImageOnlyProcessor"
+    return config, ref, tokenizer, train, media
+
+
 @pytest.mark.parametrize("preset", ["gemma3", "llava"])
 def test_sft_trains_on_the_images_and_saves_the_processor(tiny_vlm, tmp_path, preset):
     from tuneline.data import build_dataset, load_processed
@@ -131,20 +149,12 @@ def test_qwen_vl_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm,
     import torch
     from transformers import AutoImageProcessor
 
-    from tuneline.data import build_collator, build_dataset, load_processed
-    from tuneline.data.mm.requirements import torchvision_works
-    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.data import build_collator
     from tuneline.export.merge import export_model
-    from tuneline.model import load_model, load_tokenizer
+    from tuneline.model import load_model
     from tuneline.train.sft import run
 
-    config = sft_config(tiny_vlm, tmp_path, preset)
-    ref = build_dataset(config)
-    tokenizer = load_tokenizer(config.model)
-    train = load_processed(ref)["train"]
-    media = dataset_media(config, tokenizer, [train])
-    if not torchvision_works():
-        assert type(media.processor).__name__ == "ImageOnlyProcessor"
+    config, ref, tokenizer, train, media = built_with_image_half(tiny_vlm, tmp_path, preset)
     keeper = FirstBatch()
     result = run(config, ref, [keeper])
     batch = keeper.batch
@@ -224,3 +234,44 @@ def test_llava_next_on_qwen_turns_expands_the_same_images(tiny_vlm, tmp_path):
         r["input_ids"].count(image) for r in rows["llava_next_qwen"]]
     text = tokenizer.decode(rows["llava_next_qwen"][0]["input_ids"])
     assert text.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<image>")
+
+
+def test_minicpm_v_4_6_trains_on_overviews_and_slices_with_the_image_half_of_its_processor(tiny_vlm, tmp_path):
+    """MiniCPM-V 4.6 (its processor needs torchvision: the image half here): every row is expanded at build time to
+    one pad per 16 patches of its image's overview and slices, the batch packs all of them with their grids and the
+    downsample mode, the pixels reach the forward, and the run trains, freezing the tower and merger as
+    LLaMA-Factory does, and saves processor files that load again."""
+    import json
+
+    import torch
+    from transformers import AutoImageProcessor
+
+    from tuneline.data import build_collator
+    from tuneline.model import load_model
+    from tuneline.train.sft import run
+
+    config, ref, tokenizer, train, media = built_with_image_half(tiny_vlm, tmp_path, "minicpm_v_4_6")
+    pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    for row in train:
+        views = media.processor.image_processor(row["images"], return_tensors="pt")["target_sizes"]
+        assert row["input_ids"].count(pad) == int(views.prod(-1).sum()) // 16
+        assert row["input_ids"].count(tokenizer.convert_tokens_to_ids("<slice>")) > 0
+
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    assert int((batch["input_ids"] == pad).sum()) == int(batch["target_sizes"].prod(-1).sum()) // 16 > 0
+    assert batch["pixel_values"].shape[:3] == (1, 3, 8) and batch["downsample_mode"] == "16x"
+    assert result["global_step"] == 2
+    out = tmp_path / "out"
+    for folder in (out, out / "checkpoint-1", out / "checkpoint-2"):
+        assert AutoImageProcessor.from_pretrained(folder).scale_resolution == 64, folder
+
+    adapted = json.loads((out / "adapter_config.json").read_text())["target_modules"]
+    assert adapted and all(name.startswith("model.language_model.") for name in adapted)  # tower and merger frozen
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
+    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"

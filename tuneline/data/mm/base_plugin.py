@@ -91,3 +91,9 @@ class MMPlugin:
 
     def video_inputs(self, videos: list, processor: Any, settings: MediaSettings) -> dict[str, Any]:
         raise NotImplementedError
+
+    def readable(self, text: str) -> str:
+        """A decoded prompt with each run of an image's tokens (hundreds for some models) written as one <image>."""
+        if not self.image_token:
+            return text
+        return re.sub(f"(?:{re.escape(self.image_token)})+", IMAGE_PLACEHOLDER, text)

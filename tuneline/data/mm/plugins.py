@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneline.data.mm.base_plugin import MMPlugin
+from tuneline.data.mm.minicpm import MiniCPMV46Plugin
 from tuneline.data.mm.paligemma import PaliGemmaPlugin
 from tuneline.data.mm.pixels import (
     PAN_AND_SCAN,
@@ -274,6 +275,7 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
     PixtralPlugin("pixtral", image_token="[IMG]"),
     PaliGemmaPlugin("paligemma", image_token="<image>"),
+    MiniCPMV46Plugin("minicpm_v_4_6", image_token="<|image_pad|>"),
 )}
 
 
