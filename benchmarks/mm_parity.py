@@ -2,8 +2,8 @@
 `python benchmarks/mm_parity.py --llamafactory-python /work/main/.venv-peer/bin/python [--snapshot]`.
 
 Builds a tiny processor per family offline (tests/fixtures/parity_tokenizer with the family's special tokens, and a
-small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's), saves each to
-a folder both environments load, and runs LLaMA-Factory's plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's
+small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's, Mllama's
+tiles), saves each to a folder both environments load, and runs LLaMA-Factory's plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's
 (`expand_messages`, `batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
 `image_max_pixels` that shrinks the images, an `image_min_pixels` that grows them). It prints, per family and
 setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
@@ -42,6 +42,7 @@ SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
+    "mllama": "mllama",
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -69,6 +70,8 @@ def build_processor(family: str, out: Path) -> Path:
         LlavaNextImageProcessorPil,
         LlavaNextProcessor,
         LlavaProcessor,
+        MllamaImageProcessorPil,
+        MllamaProcessor,
         Qwen2VLImageProcessorPil,
     )
 
@@ -90,6 +93,10 @@ def build_processor(family: str, out: Path) -> Path:
             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
         processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
                                     tokenizer=tokenizer, image_seq_length=4)
+    elif family == "mllama":  # 56-pixel tiles, up to 4 an image
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={"image_token": "<|image|>"})
+        processor = MllamaProcessor(image_processor=MllamaImageProcessorPil(size={"height": 56, "width": 56},
+                                                                            max_image_tiles=4), tokenizer=tokenizer)
     else:  # the image processor and tokenizer alone: a Qwen-VL processor needs torchvision
         processor = AutoTokenizer.from_pretrained(TOKENIZER)
         processor.add_special_tokens({"additional_special_tokens": QWEN_TOKENS})

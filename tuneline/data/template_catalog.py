@@ -280,6 +280,8 @@ TEMPLATES.update({name: dataclasses.replace(TEMPLATES[text], name=name, mm_plugi
                   LLAVA_NEXT_TEXT.items()})
 TEMPLATES["llava_next_qwen"] = dataclasses.replace(TEMPLATES["llava_next_qwen"],
                                                    default_system="You are a helpful assistant.")
+# Llama 3.2 Vision: Llama 3's turns; each image one <|image|> token, read through cross-attention
+TEMPLATES["mllama"] = dataclasses.replace(TEMPLATES["llama3"], name="mllama", mm_plugin="mllama")
 
 AUTO = ("auto", None, "")
 VISION = sorted(name for name, template in TEMPLATES.items() if template.mm_plugin)

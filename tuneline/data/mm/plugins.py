@@ -40,6 +40,7 @@ class MMPlugin:
     video_token: str | None = None
     qwen_sizes = False  # Qwen-VL's extra side and ratio limits on top of the pixel limits
     pans_and_scans = False  # takes `image_do_pan_and_scan` (Gemma 3); other plugins refuse it
+    token_inputs = ()  # batch tensors along the tokens (axis 1): the collator pads them as the ids
 
     def expand_messages(self, messages: list[dict], images: list = (), videos: list = (), processor: Any = None,
                         settings: MediaSettings = MediaSettings()) -> list[dict]:
@@ -342,6 +343,10 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     Qwen2VLPlugin("qwen2_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
     Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
 )}
+
+from tuneline.data.mm.mllama import MllamaPlugin  # noqa: E402  (a family's module builds on MMPlugin, above)
+
+PLUGINS["mllama"] = MllamaPlugin("mllama", image_token="<|image|>")
 
 
 def get_mm_plugin(name: str | None) -> MMPlugin:
