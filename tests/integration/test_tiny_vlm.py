@@ -126,3 +126,30 @@ def test_cli_lists_the_presets_and_builds_one(tmp_path):
     wrong = subprocess.run([sys.executable, "-m", "cli.main", "tiny-model", "--preset", "llava2",
                             str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO, env=env)
     assert wrong.returncode != 0 and "unknown preset 'llava2'" in wrong.stderr and "qwen3_vl" in wrong.stderr
+
+
+def test_mllama_reads_the_image_through_cross_attention(built, image):
+    """One <|image|> in Llama 3's turns (as tuneline's mllama template writes them), the image as 4 tiles of 32
+    pixels, the text after it masked to see them, and the cross-attention gates open: the pixels move the loss."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from tuneline.data.template_catalog import get_template
+
+    processor = AutoProcessor.from_pretrained(built("mllama"))
+    model = AutoModelForImageTextToText.from_pretrained(built("mllama"))
+    text = processor.apply_chat_template(CHAT, tokenize=False)
+    prompt, answer = get_template("mllama", processor.tokenizer).encode_oneturn(
+        processor.tokenizer, [{"role": "user", "content": "<|image|>What is in the picture?"},
+                             {"role": "assistant", "content": "A cat."}])
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    assert inputs["input_ids"][0].tolist() == prompt + answer
+    assert int((inputs["input_ids"] == model.config.image_token_id).sum()) == 1
+    assert tuple(inputs["pixel_values"].shape) == (1, 1, 4, 3, 32, 32)
+    seen = inputs["cross_attention_mask"][0, :, 0, 0]
+    first = inputs["input_ids"][0].tolist().index(model.config.image_token_id)
+    assert not seen[:first].any() and seen[first:].all()
+    loss = forward_loss(model, inputs)
+    with torch.no_grad():
+        blind = model(input_ids=inputs["input_ids"], labels=inputs["input_ids"]).loss
+    assert 0 < loss < 20 and abs(loss - float(blind)) > 1e-4

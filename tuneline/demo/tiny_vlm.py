@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl).
+qwen3_vl, mllama).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuneline.demo.tiny_mllama import mllama_family
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -207,6 +208,7 @@ class VisionFamily:
     tokens: tuple[str, ...] = ()  # special tokens added to the tiny tokenizer's four
     named: dict[str, str] = field(default_factory=dict)  # of those, the attributes processors read
     eos_token: str = IM_END
+    prepare: Callable | None = None  # model -> None: weights the family's init leaves inert, made to matter
 
 
 VLM_PRESETS: dict[str, VisionFamily] = {
@@ -233,6 +235,7 @@ VLM_PRESETS: dict[str, VisionFamily] = {
         _qwen3_vl_config, _qwen_processor("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
         chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
 }
+VLM_PRESETS["mllama"] = mllama_family()
 
 
 def see_images(model) -> None:
@@ -261,6 +264,8 @@ def build_tiny_vlm(out_dir: str | Path, preset: str, *, seed: int = 0, corpus_di
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(family.config(tokenizer))
     see_images(model)
+    if family.prepare:
+        family.prepare(model)
     model.generation_config = GenerationConfig(**_ids(tokenizer))
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
