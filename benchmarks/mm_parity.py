@@ -16,12 +16,16 @@ mm_parity.json.xz for tests/integration/data/test_mm_parity.py, which checks tun
 
 Gemma 3's pan and scan (`image_do_pan_and_scan: true`) is compared twice: as plugin jobs (`gemma3/pan_and_scan*`),
 and through each project's whole sft encoding on the tiny gemma3 (`tuneline tiny-model --preset gemma3`): the
-dataset's input ids and labels, and the collator's pixel values and token types per row (`ENCODING_JOB`). Images are
+dataset's input ids and labels, and the collator's pixel values and token types per row (`ENCODING_JOBS`). Images are
 first grown to `image_min_pixels` 400 x 400 there, so the wide demo images (not the 300 x 199 one) are cut into
 crops. LLaMA-Factory 0.9.5 reads image i's crop count as `num_crops[0][i]` (one list per batch of images), and
 transformers 5.6's Gemma 3 image processor returns one flat list, on which that fails (IndexError: pan and scan does
 not run in LLaMA-Factory 0.9.5 as installed): its side gets `nest_crop_counts`, which hands the plugin the nesting
 it indexes and leaves the pixels alone.
+
+Llama 3.2 Vision's batches are compared the same way on the tiny mllama: mllm_demo's sft rows four to a batch (rows
+of one and two images together) and rlhf_v's pairs two to a batch (LLaMA-Factory's pairwise collator stacks chosen
+over rejected), padded to a multiple of 8: the ids, the tiles, their aspect ratios and the cross-attention mask.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import lzma
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,6 +45,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 TOKENIZER = FIXTURES / "parity_tokenizer"
 SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
+MM_DATA = FIXTURES / "llamafactory-mm"  # LLaMA-Factory's rlhf_v pairs, with a dataset_info.json that names them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
     "mllama": "mllama",
@@ -55,7 +61,6 @@ PAN_AND_SCAN_SETTINGS = {  # gemma3 only: the key is Gemma 3's
     "pan_and_scan": {**SETTINGS["defaults"], "image_do_pan_and_scan": True},
     "pan_and_scan_grow": {**SETTINGS["grow"], "image_do_pan_and_scan": True},
 }
-ENCODING_JOB = "tiny_gemma3/pan_and_scan_grow"  # the whole sft encoding, on the tiny gemma3
 PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL processors resize to a hair's difference
 QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
@@ -229,74 +234,115 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
     return results
 
 
-ENCODING_SETTINGS = PAN_AND_SCAN_SETTINGS["pan_and_scan_grow"]
-ENCODING_KEYS = {"stage": "sft", "dataset": "mllm_demo", "template": "gemma3", "cutoff_len": 2048}
+@dataclass(frozen=True)
+class EncodingJob:
+    """A whole encoding compared: a tiny preset's dataset built by each project's own path from the same YAML keys,
+    then batched `batch_size` rows at a time by its training collator (`inputs`: the batch tensors compared)."""
+
+    preset: str
+    keys: dict
+    inputs: tuple[str, ...]
+    batch_size: int = 1
+    pad_to_multiple_of: int | None = None
+
+
+MLLAMA_KEYS = {"template": "mllama", "cutoff_len": 2048}
+MLLAMA_INPUTS = ("input_ids", "pixel_values", "aspect_ratio_ids", "aspect_ratio_mask", "cross_attention_mask")
+ENCODING_JOBS = {
+    "tiny_gemma3/pan_and_scan_grow": EncodingJob(
+        "gemma3", {"stage": "sft", "dataset": "mllm_demo", "dataset_dir": str(DEMO), "template": "gemma3",
+                   "cutoff_len": 2048, **PAN_AND_SCAN_SETTINGS["pan_and_scan_grow"]}, ("pixel_values", "token_type_ids")),
+    # rows of one and two images batched together, padded to a multiple of 8 (as LLaMA-Factory's sft and rm train)
+    "tiny_mllama/sft_batches": EncodingJob(
+        "mllama", {"stage": "sft", "dataset": "mllm_demo", "dataset_dir": str(DEMO), **MLLAMA_KEYS}, MLLAMA_INPUTS,
+        batch_size=4, pad_to_multiple_of=8),
+    "tiny_mllama/rm_pairs": EncodingJob(
+        "mllama", {"stage": "rm", "dataset": "rlhf_v", "dataset_dir": str(MM_DATA), **MLLAMA_KEYS}, MLLAMA_INPUTS,
+        batch_size=2, pad_to_multiple_of=8),
+}
 
 LLAMAFACTORY_ENCODING = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-model, out = sys.argv[2], sys.argv[3]
+job, model, out = sys.argv[2], sys.argv[3], sys.argv[4]
 os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
 os.environ["DISABLE_VERSION_CHECK"] = "1"
-from mm_parity import DEMO, ENCODING_KEYS, ENCODING_SETTINGS, encoded_row, nest_crop_counts, vocab_digest
-from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
+from mm_parity import ENCODING_JOBS, encoded_rows, nest_crop_counts, vocab_digest
+from llamafactory.data import (PairwiseDataCollatorWithPadding, SFTDataCollatorWith4DAttentionMask, get_dataset,
+                               get_template_and_fix_tokenizer)
 from llamafactory.hparams import get_train_args
 from llamafactory.model import load_tokenizer
 
-args = dict(model_name_or_path=model, do_train=True, dataset_dir=str(DEMO), output_dir=out + "/o",
-            overwrite_cache=True, finetuning_type="lora", report_to="none", **ENCODING_KEYS, **ENCODING_SETTINGS)
+job = ENCODING_JOBS[job]
+args = dict(model_name_or_path=model, do_train=True, output_dir=out + "/o", overwrite_cache=True,
+            finetuning_type="lora", report_to="none", **job.keys)
 model_args, data_args, training_args, _, _ = get_train_args(args)
 tokenizer_module = load_tokenizer(model_args)
 vocab = vocab_digest(tokenizer_module["tokenizer"])
-nest_crop_counts(tokenizer_module["processor"])
+if job.keys.get("image_do_pan_and_scan"):
+    nest_crop_counts(tokenizer_module["processor"])
 template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
-train = get_dataset(template, model_args, data_args, training_args, "sft", **tokenizer_module)["train_dataset"]
-collator = SFTDataCollatorWith4DAttentionMask(template=template, label_pad_token_id=-100, **tokenizer_module)
-print(json.dumps({"vocab": vocab, "rows": [encoded_row(train[i], collator([train[i]])) for i in range(len(train))]}))
+stage = job.keys["stage"]
+train = get_dataset(template, model_args, data_args, training_args, stage, **tokenizer_module)["train_dataset"]
+kind = SFTDataCollatorWith4DAttentionMask if stage == "sft" else PairwiseDataCollatorWithPadding
+collator = kind(template=template, label_pad_token_id=-100, pad_to_multiple_of=job.pad_to_multiple_of,
+                **tokenizer_module)
+print(json.dumps({"vocab": vocab, "rows": encoded_rows(job, [train[i] for i in range(len(train))], collator)}))
 """
 
 
 def vocab_digest(tokenizer) -> str:
-    """The tokenizer's vocabulary, as an md5: the tiny gemma3's is trained when it is built."""
+    """The tokenizer's vocabulary, as an md5: a tiny preset's is trained when it is built."""
     import hashlib
 
     return hashlib.md5(json.dumps(sorted(tokenizer.get_vocab().items())).encode()).hexdigest()
 
 
-def encoded_row(row: dict, batch: dict) -> dict:
-    """A dataset row's ids and labels, and its one-row batch's pixel values and token types, summarized."""
-    return {"input_ids": list(row["input_ids"]), "labels": list(row["labels"]),
-            "inputs": {key: summarize(batch[key]) for key in ("pixel_values", "token_type_ids")}}
+def encoded_rows(job: EncodingJob, rows: list[dict], collator) -> list[dict]:
+    """Each dataset row's id and label columns; on the first row of each batch, the batch's `job.inputs`
+    summarized. A pair's two sequences go through one forward: tuneline's are stacked as LLaMA-Factory's are."""
+    import torch
+
+    encoded = [{key: list(row[key]) for key in sorted(row) if key.endswith(("input_ids", "labels"))} for row in rows]
+    for start in range(0, len(rows), job.batch_size):
+        batch = collator(rows[start:start + job.batch_size])
+        if "chosen_input_ids" in batch:
+            batch = {**batch, **batch.pop("media_inputs"),
+                     "input_ids": torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])}
+        encoded[start]["inputs"] = {key: summarize(batch[key]) for key in job.inputs}
+    return encoded
 
 
-def tuneline_encoding(model: Path, work: Path) -> dict:
-    """tuneline's side of `ENCODING_JOB`: the build-dataset step's rows and the training collator's batches."""
+def tuneline_encoding(name: str, model: Path, work: Path) -> dict:
+    """tuneline's side of an encoding job: the build-dataset step's rows and the training collator's batches."""
     from tuneline.config import load_config
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
     from tuneline.model import load_tokenizer
 
-    config = load_config(overrides={"model_name_or_path": str(model), "dataset_dir": str(DEMO),
-                                    "output_dir": str(work / "out"), "pipeline_cache_dir": str(work / "cache"),
-                                    **ENCODING_KEYS, **ENCODING_SETTINGS}, check_paths=False)
+    job = ENCODING_JOBS[name]
+    config = load_config(overrides={"model_name_or_path": str(model), "output_dir": str(work / "out"),
+                                    "pipeline_cache_dir": str(work / "cache"), **job.keys}, check_paths=False)
     train = load_processed(build_dataset(config))["train"]
     tokenizer = load_tokenizer(config.model)
-    collator = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))
-    return {"vocab": vocab_digest(tokenizer), "rows": [encoded_row(train[i], collator([train[i]]))
-                                                       for i in range(len(train))]}
+    collator = build_collator(config.stage, tokenizer, job.pad_to_multiple_of,
+                              media=dataset_media(config, tokenizer, [train]))
+    return {"vocab": vocab_digest(tokenizer), "rows": encoded_rows(job, [train[i] for i in range(len(train))], collator)}
 
 
 def encoding_difference(ours: dict, theirs: dict) -> str | None:
     """Where two encodings first differ (row from 1, column), or None."""
     if ours["vocab"] != theirs["vocab"]:
-        return "the tiny gemma3's vocabulary differs from the snapshot's: rebuild it with --snapshot"
+        return "the tiny preset's vocabulary differs from the snapshot's: rebuild it with --snapshot"
     if len(ours["rows"]) != len(theirs["rows"]):
         return f"{len(ours['rows'])} rows against {len(theirs['rows'])}"
     for number, (mine, other) in enumerate(zip(ours["rows"], theirs["rows"], strict=True), start=1):
-        for column in ("input_ids", "labels"):
+        if sorted(mine) != sorted(other):
+            return f"row {number}: columns {sorted(mine)} vs {sorted(other)}"
+        for column in [key for key in mine if key != "inputs"]:
             if mine[column] != other[column]:
                 return f"row {number}: {column} differ"
-        for key, value in mine["inputs"].items():
+        for key, value in mine.get("inputs", {}).items():
             if not same_summary(value, other["inputs"][key]):
                 return f"row {number}: {key} {value} vs {other['inputs'][key]}"
     return None
@@ -326,15 +372,21 @@ def same_summary(mine, other, tolerance: float = 1e-4) -> bool:
 
 
 def encodings(python: str, work: Path) -> tuple[dict, dict]:
-    """LLaMA-Factory's and tuneline's `ENCODING_JOB` on one tiny gemma3."""
+    """LLaMA-Factory's and tuneline's encoding jobs, each preset built once."""
     from tuneline.demo.tiny_vlm import build_tiny_vlm
 
-    model = build_tiny_vlm(work / "tiny_gemma3", "gemma3")
-    done = subprocess.run([python, "-c", LLAMAFACTORY_ENCODING, str(Path(__file__).parent), str(model),
-                           str(work / "llamafactory")], capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"LLaMA-Factory's encoding failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1]), tuneline_encoding(model, work)
+    theirs, ours = {}, {}
+    for name, job in ENCODING_JOBS.items():
+        model = work / f"tiny_{job.preset}"
+        if not model.exists():
+            build_tiny_vlm(model, job.preset)
+        done = subprocess.run([python, "-c", LLAMAFACTORY_ENCODING, str(Path(__file__).parent), name, str(model),
+                               str(work / "llamafactory" / name)], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"LLaMA-Factory's encoding {name} failed:\n{done.stderr[-4000:]}")
+        theirs[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        ours[name] = tuneline_encoding(name, model, work / "tuneline" / name)
+    return theirs, ours
 
 
 def parity_args(description: str, snapshot: Path) -> argparse.Namespace:
@@ -366,13 +418,15 @@ def main() -> None:
     args = parity_args(__doc__.splitlines()[0], SNAPSHOT)
     theirs, ours = both_sides(args.llamafactory_python, LLAMAFACTORY_SIDE, build_processor, FAMILIES, tuneline_side)
     with tempfile.TemporaryDirectory() as work:
-        theirs[ENCODING_JOB], ours[ENCODING_JOB] = encodings(args.llamafactory_python, Path(work))
+        encoded = encodings(args.llamafactory_python, Path(work))
+    theirs.update(encoded[0])
+    ours.update(encoded[1])
     identical = close = 0
     for job, rows in theirs.items():
-        if job == ENCODING_JOB:
+        if job in ENCODING_JOBS:
             difference = encoding_difference(ours[job], rows)
             identical += difference is None
-            print(f"{job} (dataset input_ids and labels, batch pixel_values and token_type_ids): "
+            print(f"{job} (dataset ids and labels, batch {', '.join(ENCODING_JOBS[job].inputs)}): "
                   f"{difference or 'identical'} ({len(rows['rows'])} rows)")
             continue
         difference = first_difference(ours[job], rows)
