@@ -15,6 +15,8 @@ PROMPTS = {"gemma3": "<|bos|><start_of_turn>user\n<start_of_image>{}<end_of_turn
            "llava": ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
                      "helpful, detailed, and polite answers to the user's questions.USER: <image>{} ASSISTANT:")}
 PROMPTS["llava_next"] = PROMPTS["llava"]  # the same vicuna turns
+PROMPTS["mllama"] = ("<|bos|><|start_header_id|>user<|end_header_id|>\n\n<|image|>{}<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n")
 
 
 def noise_image(folder, seed: int):
