@@ -36,9 +36,9 @@ import lzma
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -234,8 +234,7 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
     return results
 
 
-@dataclass(frozen=True)
-class EncodingJob:
+class EncodingJob(NamedTuple):
     """A whole encoding compared: a tiny preset's dataset built by each project's own path from the same YAML keys,
     then batched `batch_size` rows at a time by its training collator (`inputs`: the batch tensors compared)."""
 

@@ -44,7 +44,8 @@ class MllamaPlugin(MMPlugin):
         counts = [list(ids).count(image_id) for ids in batch_ids]
         if sum(counts) != len(images):
             raise DataError(f"the batch's rows hold {sum(counts)} {self.image_token} token(s) for {len(images)} "
-                            f"image(s); each image needs exactly one {self.image_token}")
+                            f"image(s); each image needs exactly one {self.image_token} (a row cut by cutoff_len "
+                            "can lose it: raise cutoff_len)")
         rows = [[next(regularized) for _ in range(count)] for count in counts]
         inputs = dict(processor.image_processor(rows, return_tensors="pt"))
         tiles = inputs.pop("num_tiles")
