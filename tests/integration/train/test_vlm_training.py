@@ -90,9 +90,11 @@ def test_the_images_change_what_the_model_computes(tiny_vlm, tmp_path):
 
 def test_image_rows_need_a_vision_template_and_model(tiny_vlm, tiny_model_dir, tmp_path):
     from tuneline.data import build_dataset
+    from tuneline.data.template_catalog import VISION
 
-    with pytest.raises(ConfigError, match="'template: chatml' reads text only"):
+    with pytest.raises(ConfigError, match="'template: chatml' reads text only") as refused:
         build_dataset(sft_config(tiny_vlm, tmp_path, "gemma3", template="chatml"))
+    assert f"({', '.join(VISION)})" in str(refused.value) and "mllama" in VISION  # every vision template built
     text_model = sft_config(tiny_vlm, tmp_path, "gemma3", model_name_or_path=str(tiny_model_dir))
     with pytest.raises(ConfigError, match="text-only model"):
         build_dataset(text_model)
