@@ -1,26 +1,29 @@
-"""The tiny Llama 3.2 Vision (`tuneline tiny-model --preset mllama OUT_DIR`): Llama 3's chat tokens and `<|image|>`
-on the tiny tokenizer, a text model of three layers whose middle one is a cross-attention layer, and a vision model
-of two local layers and one global one over up to four 32-pixel tiles an image, its first layer's features
-concatenated to the last (as Mllama's vision model does with its intermediate layers)."""
+"""The tiny Llama 3.2 Vision preset's pieces (`tuneline tiny-model --preset mllama OUT_DIR`; put together in
+`tuneline.demo.tiny_vlm`): Llama 3's chat tokens and `<|image|>` on the tiny tokenizer, a text model whose middle
+layer of three is a cross-attention layer, and a vision model of two local layers and one global one over up to four
+32-pixel tiles an image, its first layer's features concatenated to the last (as Mllama's vision model does with its
+intermediate layers)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 TILE, TILES = 32, 4
-LLAMA3_TOKENS = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|image|>")
-VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_global_layers": 1,
-          "attention_heads": 2, "image_size": TILE, "patch_size": 8, "max_num_tiles": TILES,
-          "intermediate_layers_indices": [0], "vision_output_dim": 32 * 2}  # the last layer's and layer 0's features
+MLLAMA_TOKENS = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|image|>")
+MLLAMA_NAMED, MLLAMA_EOS = {"image_token": "<|image|>"}, "<|eot_id|>"
+MLLAMA_TURN, MLLAMA_END, MLLAMA_IMAGE = "'<|start_header_id|>' ~ role ~ '<|end_header_id|>\\n\\n'", "'<|eot_id|>'", \
+    "'<|image|>'"
+MLLAMA_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_global_layers": 1,
+                 "attention_heads": 2, "image_size": TILE, "patch_size": 8, "max_num_tiles": TILES,
+                 "intermediate_layers_indices": [0], "vision_output_dim": 32 * 2}  # the last layer's and layer 0's
 
 
-def mllama_config(tokenizer):
+def mllama_config(tokenizer, text: dict):
+    """`text`: the text model's sizes and token ids; one more layer than it says, the middle one cross-attention."""
     from transformers import MllamaConfig
 
-    from tuneline.demo.tiny_vlm import TEXT_SIZES, _text_config
-
-    text = _text_config(tokenizer, num_hidden_layers=TEXT_SIZES["num_hidden_layers"] + 1, cross_attention_layers=[1])
-    return MllamaConfig(vision_config=VISION, text_config=text, image_token_index=tokenizer.image_token_id)
+    text = {**text, "num_hidden_layers": text["num_hidden_layers"] + 1, "cross_attention_layers": [1]}
+    return MllamaConfig(vision_config=MLLAMA_VISION, text_config=text, image_token_index=tokenizer.image_token_id)
 
 
 def save_mllama_processor(tokenizer, folder: Path) -> None:
@@ -39,13 +42,3 @@ def see_through_gates(model) -> None:
         for name, param in model.named_parameters():
             if "gate" in name.rsplit(".", 1)[-1] and not param.any():
                 param.fill_(1.0)
-
-
-def mllama_family():
-    """The preset: Llama 3's turns (no newline between them), each image one `<|image|>` before its text."""
-    from tuneline.demo.tiny_vlm import VisionFamily, chat_template
-
-    template = chat_template("'<|start_header_id|>' ~ role ~ '<|end_header_id|>\\n\\n'", "'<|eot_id|>'",
-                             "'<|image|>'", bos=True).replace("{{- '\\n' -}}", "")
-    return VisionFamily(mllama_config, save_mllama_processor, template, tokens=LLAMA3_TOKENS,
-                        named={"image_token": "<|image|>"}, eos_token="<|eot_id|>", prepare=see_through_gates)

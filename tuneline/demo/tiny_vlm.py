@@ -15,7 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuneline.demo.tiny_mllama import mllama_family
+from tuneline.demo.tiny_mllama import (
+    MLLAMA_END,
+    MLLAMA_EOS,
+    MLLAMA_IMAGE,
+    MLLAMA_NAMED,
+    MLLAMA_TOKENS,
+    MLLAMA_TURN,
+    mllama_config,
+    save_mllama_processor,
+    see_through_gates,
+)
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -45,18 +55,19 @@ _TEMPLATE = (
     "{%- if message['role'] == 'assistant' -%}"
     "{%- generation -%}{{- render(message['content']) -}}{{- @END_ANSWER@ -}}{%- endgeneration -%}"
     "{%- else -%}{{- render(message['content']) -}}{{- @END_TURN@ -}}{%- endif -%}"
-    "{{- '\\n' -}}"
+    "{{- @BETWEEN@ -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{%- set role = @ASSISTANT@ -%}{{- @OPEN@ -}}{%- endif -%}"
 )
 
 
 def chat_template(open_turn: str, end_turn: str, image: str, video: str = "''", end_answer: str | None = None,
-                  assistant: str = "'assistant'", bos: bool = False) -> str:
+                  assistant: str = "'assistant'", bos: bool = False, between: str = "'\\n'") -> str:
     """A family's chat template from jinja expressions; string or list content (`{"type": "image"}` items), and
-    {% generation %} around answers so `return_assistant_tokens_mask` finds them."""
+    {% generation %} around answers so `return_assistant_tokens_mask` finds them; `between`: after each turn."""
     parts = {"@OPEN@": open_turn, "@END_TURN@": end_turn, "@END_ANSWER@": end_answer or end_turn, "@IMAGE@": image,
-             "@VIDEO@": video, "@ASSISTANT@": assistant, "@BOS@": "{{- bos_token -}}" if bos else ""}
+             "@VIDEO@": video, "@ASSISTANT@": assistant, "@BOS@": "{{- bos_token -}}" if bos else "",
+             "@BETWEEN@": between}
     text = _TEMPLATE
     for name, value in parts.items():
         text = text.replace(name, value)
@@ -234,8 +245,12 @@ VLM_PRESETS: dict[str, VisionFamily] = {
     "qwen3_vl": VisionFamily(
         _qwen3_vl_config, _qwen_processor("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
         chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
+    # Llama 3's turns, one right after the other; each image one <|image|>, read through cross-attention
+    "mllama": VisionFamily(
+        lambda tokenizer: mllama_config(tokenizer, _text_config(tokenizer)), save_mllama_processor,
+        chat_template(MLLAMA_TURN, MLLAMA_END, MLLAMA_IMAGE, bos=True, between="''"), tokens=MLLAMA_TOKENS,
+        named=MLLAMA_NAMED, eos_token=MLLAMA_EOS, prepare=see_through_gates),
 }
-VLM_PRESETS["mllama"] = mllama_family()
 
 
 def see_images(model) -> None:

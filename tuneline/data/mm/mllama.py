@@ -55,3 +55,6 @@ class MllamaPlugin(MMPlugin):
                                                             length=max(len(ids) for ids in batch_ids))
         inputs["cross_attention_mask"] = torch.from_numpy(mask)
         return inputs
+
+
+PLUGINS: dict[str, MMPlugin] = {"mllama": MllamaPlugin("mllama", image_token="<|image|>")}

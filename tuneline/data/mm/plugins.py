@@ -7,6 +7,7 @@ Both follow LLaMA-Factory 0.9.5's `mm_plugin.py`; `benchmarks/mm_parity.py` comp
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from dataclasses import dataclass
@@ -344,16 +345,21 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     Qwen3VLPlugin("qwen3_vl", image_token="<|image_pad|>", video_token="<|video_pad|>"),
 )}
 
-from tuneline.data.mm.mllama import MllamaPlugin  # noqa: E402  (a family's module builds on MMPlugin, above)
 
-PLUGINS["mllama"] = MllamaPlugin("mllama", image_token="<|image|>")
+# plugins kept in a family's own module (built on the classes above): plugin name -> module, whose PLUGINS holds it
+FAMILY_MODULES: dict[str, str] = {
+    "mllama": "tuneline.data.mm.mllama",
+}
 
 
 def get_mm_plugin(name: str | None) -> MMPlugin:
     """The plugin a template names (`Template.mm_plugin`); None or 'base' for text-only models."""
     if name is None:
         return PLUGINS["base"]
+    if name in FAMILY_MODULES:
+        return importlib.import_module(FAMILY_MODULES[name]).PLUGINS[name]
     if name not in PLUGINS:
-        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, PLUGINS)}; "
-                          f"use one of {sorted(PLUGINS)}")
+        known = {**PLUGINS, **FAMILY_MODULES}
+        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, known)}; "
+                          f"use one of {sorted(known)}")
     return PLUGINS[name]
