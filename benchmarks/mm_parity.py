@@ -3,9 +3,9 @@
 
 Builds a tiny processor per family offline (tests/fixtures/parity_tokenizer with the family's special tokens, and a
 small image processor config: CLIP for llava, LLaVA-NeXT's any-resolution one, Gemma 3's, Qwen2-VL's, Pixtral's,
-PaliGemma's SigLIP one), saves each to a folder both environments load, and runs LLaMA-Factory's plugin
-(`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's (`expand_messages`, `add_media_ids`,
-`batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
+PaliGemma's SigLIP one, Mllama's tiles), saves each to a folder both environments load, and runs LLaMA-Factory's
+plugin (`process_messages`, `process_token_ids`, `get_mm_inputs`) there and tuneline's (`expand_messages`,
+`add_media_ids`, `batch_inputs`) here on every `mllm_demo` row, under three pixel settings (the defaults, a
 `image_max_pixels` that shrinks the images, an `image_min_pixels` that grows them). It prints, per family and
 setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
 "N of M jobs identical".
@@ -23,7 +23,7 @@ mm_parity.json.xz for tests/integration/data/test_mm_parity.py, which checks tun
 
 Gemma 3's pan and scan (`image_do_pan_and_scan: true`) is compared twice: as plugin jobs (`gemma3/pan_and_scan*`),
 and through each project's whole sft encoding on the tiny gemma3 (`tuneline tiny-model --preset gemma3`): the
-dataset's input ids and labels, and the collator's pixel values and token types per row (`ENCODING_JOB`). Images are
+dataset's input ids and labels, and the collator's pixel values and token types per row (`ENCODING_JOBS`). Images are
 first grown to `image_min_pixels` 400 x 400 there, so the wide demo images (not the 300 x 199 one) are cut into
 crops. LLaMA-Factory 0.9.5 reads image i's crop count as `num_crops[0][i]` (one list per batch of images), and
 transformers 5.6's Gemma 3 image processor returns one flat list, on which that fails (IndexError: pan and scan does
@@ -32,6 +32,9 @@ it indexes and leaves the pixels alone.
 
 PaliGemma's images are placed on the token ids (before the beginning of sequence) and count against `cutoff_len`
 first: its whole sft encoding on the tiny paligemma is compared too, whole and cut at 40 tokens (`ENCODING_JOBS`).
+Llama 3.2 Vision's batches are compared the same way on the tiny mllama: mllm_demo's sft rows four to a batch (rows
+of one and two images together) and rlhf_v's pairs two to a batch (LLaMA-Factory's pairwise collator stacks chosen
+over rejected), padded to a multiple of 8: the ids, the tiles, their aspect ratios and the cross-attention mask.
 """
 
 from __future__ import annotations
@@ -44,16 +47,19 @@ import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 TOKENIZER = FIXTURES / "parity_tokenizer"
 SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
+MM_DATA = FIXTURES / "llamafactory-mm"  # LLaMA-Factory's rlhf_v pairs, with a dataset_info.json that names them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
     "pixtral": "pixtral", "paligemma": "paligemma",
     "minicpm_v_4_6": "minicpm_v_4_6", "minicpm_v_4_6_4x": "minicpm_v_4_6",  # 16x with image ids; 4x without
+    "mllama": "mllama",
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -66,7 +72,6 @@ PAN_AND_SCAN_SETTINGS = {  # gemma3 only: the key is Gemma 3's
     "pan_and_scan": {**SETTINGS["defaults"], "image_do_pan_and_scan": True},
     "pan_and_scan_grow": {**SETTINGS["grow"], "image_do_pan_and_scan": True},
 }
-ENCODING_JOB = "tiny_gemma3/pan_and_scan_grow"  # the whole sft encoding, on the tiny gemma3
 PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL processors resize to a hair's difference
 QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 PIXTRAL = {"patch_size": 14, "spatial_merge_size": 1, "image_token": "[IMG]", "image_break_token": "[IMG_BREAK]",
@@ -83,6 +88,8 @@ def build_processor(family: str, out: Path) -> Path:
         LlavaNextImageProcessorPil,
         LlavaNextProcessor,
         LlavaProcessor,
+        MllamaImageProcessorPil,
+        MllamaProcessor,
         PaliGemmaProcessor,
         PixtralImageProcessorPil,
         Qwen2VLImageProcessorPil,
@@ -120,6 +127,10 @@ def build_processor(family: str, out: Path) -> Path:
         tokenizer.save_pretrained(out)
         processor = PixtralImageProcessorPil(size={"longest_edge": 112}, patch_size={"height": 14, "width": 14})
         (out / "processor_config.json").write_text(json.dumps({"processor_class": "PixtralProcessor", **PIXTRAL}))
+    elif family == "mllama":  # 56-pixel tiles, up to 4 an image
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={"image_token": "<|image|>"})
+        processor = MllamaProcessor(image_processor=MllamaImageProcessorPil(size={"height": 56, "width": 56},
+                                                                            max_image_tiles=4), tokenizer=tokenizer)
     else:  # the image processor and tokenizer alone: a Qwen-VL processor needs torchvision
         processor = AutoTokenizer.from_pretrained(TOKENIZER)
         processor.add_special_tokens({"additional_special_tokens": QWEN_TOKENS})
@@ -273,82 +284,121 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
     return results
 
 
-ENCODING_SETTINGS = PAN_AND_SCAN_SETTINGS["pan_and_scan_grow"]
-ENCODING_KEYS = {"stage": "sft", "dataset": "mllm_demo", "template": "gemma3", "cutoff_len": 2048}
-# job -> (tiny preset, the run's keys): whole sft encodings; PaliGemma's images are placed on the token ids (before the
-# beginning of sequence) and count against cutoff_len first: whole, and cut at 40 tokens (16 an image, then the turns)
-PALIGEMMA_KEYS = {"stage": "sft", "dataset": "mllm_demo", "template": "paligemma", "cutoff_len": 2048}
-ENCODING_JOBS = {ENCODING_JOB: ("gemma3", {**ENCODING_KEYS, **ENCODING_SETTINGS}),
-                 "tiny_paligemma/sft": ("paligemma", PALIGEMMA_KEYS),
-                 "tiny_paligemma/cutoff_len_40": ("paligemma", {**PALIGEMMA_KEYS, "cutoff_len": 40})}
+class EncodingJob(NamedTuple):
+    """A whole encoding compared: a tiny preset's dataset built by each project's own path from the same YAML keys,
+    then batched `batch_size` rows at a time by its training collator (`inputs`: the batch tensors compared)."""
+
+    preset: str
+    keys: dict
+    inputs: tuple[str, ...]
+    batch_size: int = 1
+    pad_to_multiple_of: int | None = None
+
+
+PALIGEMMA_KEYS = {"stage": "sft", "dataset": "mllm_demo", "dataset_dir": str(DEMO), "template": "paligemma",
+                  "cutoff_len": 2048}
+MLLAMA_KEYS = {"template": "mllama", "cutoff_len": 2048}
+MLLAMA_INPUTS = ("input_ids", "pixel_values", "aspect_ratio_ids", "aspect_ratio_mask", "cross_attention_mask")
+ENCODING_JOBS = {
+    "tiny_gemma3/pan_and_scan_grow": EncodingJob(
+        "gemma3", {"stage": "sft", "dataset": "mllm_demo", "dataset_dir": str(DEMO), "template": "gemma3",
+                   "cutoff_len": 2048, **PAN_AND_SCAN_SETTINGS["pan_and_scan_grow"]}, ("pixel_values", "token_type_ids")),
+    # rows of one and two images batched together, padded to a multiple of 8 (as LLaMA-Factory's sft and rm train)
+    "tiny_mllama/sft_batches": EncodingJob(
+        "mllama", {"stage": "sft", "dataset": "mllm_demo", "dataset_dir": str(DEMO), **MLLAMA_KEYS}, MLLAMA_INPUTS,
+        batch_size=4, pad_to_multiple_of=8),
+    "tiny_mllama/rm_pairs": EncodingJob(
+        "mllama", {"stage": "rm", "dataset": "rlhf_v", "dataset_dir": str(MM_DATA), **MLLAMA_KEYS}, MLLAMA_INPUTS,
+        batch_size=2, pad_to_multiple_of=8),
+    # PaliGemma's images on the token ids, before the beginning of sequence, counted against cutoff_len first: whole,
+    # and cut at 40 tokens (16 an image, then the turns)
+    "tiny_paligemma/sft": EncodingJob("paligemma", PALIGEMMA_KEYS, ("pixel_values", "token_type_ids")),
+    "tiny_paligemma/cutoff_len_40": EncodingJob("paligemma", {**PALIGEMMA_KEYS, "cutoff_len": 40},
+                                                ("pixel_values", "token_type_ids")),
+}
 
 LLAMAFACTORY_ENCODING = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-model, out, keys = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+job, model, out = sys.argv[2], sys.argv[3], sys.argv[4]
 os.environ["HF_DATASETS_CACHE"] = out + "/hf-cache"
 os.environ["DISABLE_VERSION_CHECK"] = "1"
-from mm_parity import DEMO, encoded_row, nest_crop_counts, vocab_digest
-from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
+from mm_parity import ENCODING_JOBS, encoded_rows, nest_crop_counts, vocab_digest
+from llamafactory.data import (PairwiseDataCollatorWithPadding, SFTDataCollatorWith4DAttentionMask, get_dataset,
+                               get_template_and_fix_tokenizer)
 from llamafactory.hparams import get_train_args
 from llamafactory.model import load_tokenizer
 
-args = dict(model_name_or_path=model, do_train=True, dataset_dir=str(DEMO), output_dir=out + "/o",
-            overwrite_cache=True, finetuning_type="lora", report_to="none", **keys)
+job = ENCODING_JOBS[job]
+args = dict(model_name_or_path=model, do_train=True, output_dir=out + "/o", overwrite_cache=True,
+            finetuning_type="lora", report_to="none", **job.keys)
 model_args, data_args, training_args, _, _ = get_train_args(args)
 tokenizer_module = load_tokenizer(model_args)
 vocab = vocab_digest(tokenizer_module["tokenizer"])
-if keys.get("image_do_pan_and_scan"):
+if job.keys.get("image_do_pan_and_scan"):
     nest_crop_counts(tokenizer_module["processor"])
 template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
-train = get_dataset(template, model_args, data_args, training_args, "sft", **tokenizer_module)["train_dataset"]
-collator = SFTDataCollatorWith4DAttentionMask(template=template, label_pad_token_id=-100, **tokenizer_module)
-print(json.dumps({"vocab": vocab, "rows": [encoded_row(train[i], collator([train[i]])) for i in range(len(train))]}))
+stage = job.keys["stage"]
+train = get_dataset(template, model_args, data_args, training_args, stage, **tokenizer_module)["train_dataset"]
+kind = SFTDataCollatorWith4DAttentionMask if stage == "sft" else PairwiseDataCollatorWithPadding
+collator = kind(template=template, label_pad_token_id=-100, pad_to_multiple_of=job.pad_to_multiple_of,
+                **tokenizer_module)
+print(json.dumps({"vocab": vocab, "rows": encoded_rows(job, [train[i] for i in range(len(train))], collator)}))
 """
 
 
 def vocab_digest(tokenizer) -> str:
-    """The tokenizer's vocabulary, as an md5: the tiny gemma3's is trained when it is built."""
+    """The tokenizer's vocabulary, as an md5: a tiny preset's is trained when it is built."""
     import hashlib
 
     return hashlib.md5(json.dumps(sorted(tokenizer.get_vocab().items())).encode()).hexdigest()
 
 
-def encoded_row(row: dict, batch: dict) -> dict:
-    """A dataset row's ids and labels, and its one-row batch's pixel values and token types, summarized."""
-    return {"input_ids": list(row["input_ids"]), "labels": list(row["labels"]),
-            "inputs": {key: summarize(batch[key]) for key in ("pixel_values", "token_type_ids")}}
+def encoded_rows(job: EncodingJob, rows: list[dict], collator) -> list[dict]:
+    """Each dataset row's id and label columns; on the first row of each batch, the batch's `job.inputs`
+    summarized. A pair's two sequences go through one forward: tuneline's are stacked as LLaMA-Factory's are."""
+    import torch
+
+    encoded = [{key: list(row[key]) for key in sorted(row) if key.endswith(("input_ids", "labels"))} for row in rows]
+    for start in range(0, len(rows), job.batch_size):
+        batch = collator(rows[start:start + job.batch_size])
+        if "chosen_input_ids" in batch:
+            batch = {**batch, **batch.pop("media_inputs"),
+                     "input_ids": torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])}
+        encoded[start]["inputs"] = {key: summarize(batch[key]) for key in job.inputs}
+    return encoded
 
 
-def tuneline_encoding(model: Path, work: Path, keys: dict = ENCODING_JOBS[ENCODING_JOB][1]) -> dict:
-    """tuneline's side of an encoding job (`ENCODING_JOBS`): the build-dataset step's rows and the training
-    collator's batches."""
+def tuneline_encoding(name: str, model: Path, work: Path) -> dict:
+    """tuneline's side of an encoding job: the build-dataset step's rows and the training collator's batches."""
     from tuneline.config import load_config
     from tuneline.data import build_collator, build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
     from tuneline.model import load_tokenizer
 
-    config = load_config(overrides={"model_name_or_path": str(model), "dataset_dir": str(DEMO),
-                                    "output_dir": str(work / "out"), "pipeline_cache_dir": str(work / "cache"),
-                                    **keys}, check_paths=False)
+    job = ENCODING_JOBS[name]
+    config = load_config(overrides={"model_name_or_path": str(model), "output_dir": str(work / "out"),
+                                    "pipeline_cache_dir": str(work / "cache"), **job.keys}, check_paths=False)
     train = load_processed(build_dataset(config))["train"]
     tokenizer = load_tokenizer(config.model)
-    collator = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))
-    return {"vocab": vocab_digest(tokenizer), "rows": [encoded_row(train[i], collator([train[i]]))
-                                                       for i in range(len(train))]}
+    collator = build_collator(config.stage, tokenizer, job.pad_to_multiple_of,
+                              media=dataset_media(config, tokenizer, [train]))
+    return {"vocab": vocab_digest(tokenizer), "rows": encoded_rows(job, [train[i] for i in range(len(train))], collator)}
 
 
 def encoding_difference(ours: dict, theirs: dict) -> str | None:
     """Where two encodings first differ (row from 1, column), or None."""
     if ours["vocab"] != theirs["vocab"]:
-        return "the tiny gemma3's vocabulary differs from the snapshot's: rebuild it with --snapshot"
+        return "the tiny preset's vocabulary differs from the snapshot's: rebuild it with --snapshot"
     if len(ours["rows"]) != len(theirs["rows"]):
         return f"{len(ours['rows'])} rows against {len(theirs['rows'])}"
     for number, (mine, other) in enumerate(zip(ours["rows"], theirs["rows"], strict=True), start=1):
-        for column in ("input_ids", "labels"):
+        if sorted(mine) != sorted(other):
+            return f"row {number}: columns {sorted(mine)} vs {sorted(other)}"
+        for column in [key for key in mine if key != "inputs"]:
             if mine[column] != other[column]:
                 return f"row {number}: {column} differ"
-        for key, value in mine["inputs"].items():
+        for key, value in mine.get("inputs", {}).items():
             if not same_summary(value, other["inputs"][key]):
                 return f"row {number}: {key} {value} vs {other['inputs'][key]}"
     return None
@@ -377,17 +427,22 @@ def same_summary(mine, other, tolerance: float = 1e-4) -> bool:
     return all(abs(a - b) <= tolerance * max(1.0, abs(b)) for a, b in numbers)
 
 
-def encodings(python: str, work: Path, job: str) -> tuple[dict, dict]:
-    """LLaMA-Factory's and tuneline's encoding job `job` (`ENCODING_JOBS`) on its tiny preset."""
+def encodings(python: str, work: Path) -> tuple[dict, dict]:
+    """LLaMA-Factory's and tuneline's encoding jobs, each preset built once."""
     from tuneline.demo.tiny_vlm import build_tiny_vlm
 
-    preset, keys = ENCODING_JOBS[job]
-    model = build_tiny_vlm(work / f"tiny_{preset}", preset)
-    done = subprocess.run([python, "-c", LLAMAFACTORY_ENCODING, str(Path(__file__).parent), str(model),
-                           str(work / "llamafactory"), json.dumps(keys)], capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"LLaMA-Factory's encoding failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1]), tuneline_encoding(model, work, keys)
+    theirs, ours = {}, {}
+    for name, job in ENCODING_JOBS.items():
+        model = work / f"tiny_{job.preset}"
+        if not model.exists():
+            build_tiny_vlm(model, job.preset)
+        done = subprocess.run([python, "-c", LLAMAFACTORY_ENCODING, str(Path(__file__).parent), name, str(model),
+                               str(work / "llamafactory" / name)], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"LLaMA-Factory's encoding {name} failed:\n{done.stderr[-4000:]}")
+        theirs[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        ours[name] = tuneline_encoding(name, model, work / "tuneline" / name)
+    return theirs, ours
 
 
 def parity_args(description: str, snapshot: Path) -> argparse.Namespace:
@@ -418,15 +473,16 @@ def write_snapshot(snapshot: Path, theirs: dict) -> None:
 def main() -> None:
     args = parity_args(__doc__.splitlines()[0], SNAPSHOT)
     theirs, ours = both_sides(args.llamafactory_python, LLAMAFACTORY_SIDE, build_processor, FAMILIES, tuneline_side)
-    for job in ENCODING_JOBS:
-        with tempfile.TemporaryDirectory() as work:
-            theirs[job], ours[job] = encodings(args.llamafactory_python, Path(work), job)
+    with tempfile.TemporaryDirectory() as work:
+        encoded = encodings(args.llamafactory_python, Path(work))
+    theirs.update(encoded[0])
+    ours.update(encoded[1])
     identical = close = 0
     for job, rows in theirs.items():
         if job in ENCODING_JOBS:
             difference = encoding_difference(ours[job], rows)
             identical += difference is None
-            print(f"{job} (dataset input_ids and labels, batch pixel_values and token_type_ids): "
+            print(f"{job} (dataset ids and labels, batch {', '.join(ENCODING_JOBS[job].inputs)}): "
                   f"{difference or 'identical'} ({len(rows['rows'])} rows)")
             continue
         difference = first_difference(ours[job], rows)

@@ -2,7 +2,7 @@
 through `mlflow.pyfunc.load_model` as a user loads it; the answers match the model's own processor and `generate`.
 
 The version is recorded as the finetune flow records it (start_run, record_training, record_results on a real SQLite
-store); the tiny LLaVA's and Gemma 3's own files stand for a full fine-tuning's output."""
+store); the tiny LLaVA's, Gemma 3's and Llama 3.2 Vision's own files stand for a full fine-tuning's output."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tuneline.errors import UserError
 NAME = "tiny-vlm-chat"
 
 
-@pytest.fixture(scope="module", params=["llava", "gemma3"])
+@pytest.fixture(scope="module", params=["llava", "gemma3", "mllama"])
 def served(request, tiny_vlm, empty_mlflow_store, tmp_path_factory, monkeypatch_module):
     """(preset, the champion of NAME-preset loaded by MLflow); the trained output_dir is deleted, so it answers from
     the store."""

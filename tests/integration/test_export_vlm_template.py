@@ -24,7 +24,7 @@ def _image(seed: int):
     return Image.fromarray(np.random.default_rng(seed).integers(0, 255, (40, 56, 3), dtype=np.uint8))
 
 
-@pytest.mark.parametrize("preset", ["llava", "gemma3"])
+@pytest.mark.parametrize("preset", ["llava", "gemma3", "mllama"])
 def test_the_processor_expands_the_rendered_image_to_the_trained_ids(preset, tiny_vlm):
     from transformers import AutoProcessor
 

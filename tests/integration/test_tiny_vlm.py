@@ -157,3 +157,68 @@ def test_cli_lists_the_presets_and_builds_one(tmp_path):
     wrong = subprocess.run([sys.executable, "-m", "cli.main", "tiny-model", "--preset", "llava2",
                             str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO, env=env)
     assert wrong.returncode != 0 and "unknown preset 'llava2'" in wrong.stderr and "qwen3_vl" in wrong.stderr
+
+
+def test_mllama_reads_the_image_through_cross_attention(built, image):
+    """One <|image|> in Llama 3's turns (as tuneline's mllama template writes them), the image as 4 tiles of 32
+    pixels, the text after it masked to see them, and the cross-attention gates open: the pixels move the loss."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from tuneline.data.template_catalog import get_template
+
+    processor = AutoProcessor.from_pretrained(built("mllama"))
+    model = AutoModelForImageTextToText.from_pretrained(built("mllama"))
+    text = processor.apply_chat_template(CHAT, tokenize=False)
+    prompt, answer = get_template("mllama", processor.tokenizer).encode_oneturn(
+        processor.tokenizer, [{"role": "user", "content": "<|image|>What is in the picture?"},
+                             {"role": "assistant", "content": "A cat."}])
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    assert inputs["input_ids"][0].tolist() == prompt + answer
+    assert int((inputs["input_ids"] == model.config.image_token_id).sum()) == 1
+    assert tuple(inputs["pixel_values"].shape) == (1, 1, 4, 3, 32, 32)
+    seen = inputs["cross_attention_mask"][0, :, 0, 0]
+    first = inputs["input_ids"][0].tolist().index(model.config.image_token_id)
+    assert not seen[:first].any() and seen[first:].all()
+    loss = forward_loss(model, inputs)
+    with torch.no_grad():
+        blind = model(input_ids=inputs["input_ids"], labels=inputs["input_ids"]).loss
+    assert 0 < loss < 20 and abs(loss - float(blind)) > 1e-4
+
+
+def test_mllama_answers_a_left_padded_batch_as_transformers_does(built):
+    """Prompts of two images, one and one, answered in one left-padded batch through tuneline's collator: the same
+    tokens as the processor's own left-padded batch and `generate` (with a padded image slot for the one-image rows,
+    which in transformers' Mllama the text before a row's first image sees: answers may differ from unbatched ones)."""
+    import torch
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from tuneline.data.collators import build_collator
+    from tuneline.data.mm import MediaSettings, get_mm_plugin
+    from tuneline.data.mm.run_media import RunMedia
+    from tuneline.evaluation.generation import generate_greedy
+
+    processor = AutoProcessor.from_pretrained(built("mllama"))
+    model = AutoModelForImageTextToText.from_pretrained(built("mllama")).eval()
+    turn = ("<|bos|><|start_header_id|>user<|end_header_id|>\n\n<|image|>{}<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    texts = [turn.format("Who are they?<|image|> and"), turn.format("Who?"), turn.format("Who is he, and where?")]
+    paths = [[IMAGE, IMAGE.with_name("2.jpg")], [IMAGE.with_name("2.jpg")], [IMAGE.with_name("3.jpg")]]
+    prompts = [processor.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    collator = build_collator("sft", processor.tokenizer, media=RunMedia(get_mm_plugin("mllama"), processor,
+                                                                         MediaSettings()))
+    ours = generate_greedy(model, prompts, pad_id=processor.tokenizer.pad_token_id,
+                           eos_ids={processor.tokenizer.eos_token_id}, max_new_tokens=6, batch_size=3,
+                           row_inputs=lambda rows, length, left: collator.media_inputs(
+                               [{"input_ids": prompts[k], "images": [str(p) for p in paths[k]]} for k in rows],
+                               length, left))
+    processor.tokenizer.padding_side = "left"
+    inputs = processor(text=texts, images=[[Image.open(p).convert("RGB") for p in row] for row in paths],
+                       padding=True, add_special_tokens=False, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**inputs, do_sample=False, max_new_tokens=6,
+                             pad_token_id=processor.tokenizer.pad_token_id)
+    eos = processor.tokenizer.eos_token_id
+    theirs = [row[:row.index(eos)] if eos in row else row for row in out[:, inputs["input_ids"].shape[1]:].tolist()]
+    assert ours == theirs and any(ours)

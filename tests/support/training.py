@@ -141,6 +141,41 @@ def train_step(config, dataset: dict, reference: dict | None, key: str, mlflow_r
 # LLaMA-Factory's image demo data: mllm_demo (sft) as 0.9.5 ships it, and the rlhf_v pairs beside the media copy
 MLLM_DATA = REPO_ROOT / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data"
 MM_DATA = REPO_ROOT / "tests" / "fixtures" / "llamafactory-mm"
+
+
+def scores_with_and_without_pixels(reward_model, config, tokenizer, train) -> tuple[dict, object, object]:
+    """The rm batch of `train`'s first two pairs, and the reward model's scores of its halves with the pixels and
+    with them zeroed."""
+    import torch
+
+    from tuneline.data import build_collator
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.objectives.logps import MEDIA_INPUTS
+    from tuneline.train.rm import pair_scores
+
+    pairs = build_collator("rm", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0], train[1]])
+    zeroed = {**pairs[MEDIA_INPUTS], "pixel_values": 0 * pairs[MEDIA_INPUTS]["pixel_values"]}
+    with torch.no_grad():
+        seen = torch.cat(pair_scores(reward_model, pairs))
+        blind = torch.cat(pair_scores(reward_model, {**pairs, MEDIA_INPUTS: zeroed}))
+    return pairs, seen, blind
+
+
+def kto_image_data(folder: Path) -> Path:
+    """`folder` made a dataset dir holding `kto_images`: each rlhf_v pair as two kto rows (the chosen answer
+    desirable, the rejected not), with the pair's images."""
+    pairs = json.loads((MM_DATA / "rlhf_v_demo.json").read_text())
+    rows = [{"messages": [{"role": "user", "content": p["conversations"][0]["value"]},
+                          {"role": "assistant", "content": p[side]["value"]}],
+             "label": side == "chosen", "images": [str(MM_DATA / image) for image in p["images"]]}
+            for p in pairs for side in ("chosen", "rejected")]
+    folder.mkdir(parents=True)
+    (folder / "kto_images.json").write_text(json.dumps(rows))
+    (folder / "dataset_info.json").write_text(json.dumps({"kto_images": {
+        "file_name": "kto_images.json", "formatting": "sharegpt",
+        "columns": {"messages": "messages", "kto_tag": "label", "images": "images"},
+        "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}))
+    return folder
 VLM_KEYS = {"finetuning_type": "lora", "lora_target": "all", "per_device_train_batch_size": 2, "max_steps": 2,
             "save_steps": 1}
 

@@ -37,6 +37,8 @@ PROMPTS["minicpm_v_4_6"] = ("<|im_start|>system\nYou are a helpful assistant.<|i
                             "<|image_pad|>{}<|im_end|>\n<|im_start|>assistant\n")
 MINICPM_TOKENS = ("image_token", "image_start_token", "image_end_token", "slice_start_token", "slice_end_token",
                   "image_id_start_token", "image_id_end_token")
+PROMPTS["mllama"] = ("<|bos|><|start_header_id|>user<|end_header_id|>\n\n<|image|>{}<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n")
 
 
 def noise_image(folder, seed: int):

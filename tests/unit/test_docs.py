@@ -3,6 +3,7 @@ page the README links exists, and the README stays a first hour's read."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -235,3 +236,11 @@ def test_the_commands_for_two_machines_give_the_configs_they_say(monkeypatch):
         config = load_config(path, words[3:], check_paths=False)
         workers = dict(word.split("=", 1) for word in words[3:]).get("ray_num_workers")
         assert config.ray.address in heads and workers in (None, str(config.ray.num_workers)), " ".join(words)
+
+
+def test_every_table_has_its_header_row():
+    """A markdown table renders only with a header row above its `|---|` line; a page that lost one shows raw pipes."""
+    headless = [f"{page.name}:{number}" for page in PAGES
+                for number, (above, line) in enumerate(itertools.pairwise(page.read_text().splitlines()), start=2)
+                if line.startswith("|---") and not above.startswith("|")]
+    assert headless == []

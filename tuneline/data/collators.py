@@ -109,11 +109,14 @@ class Collator:
         videos = [video for f in features for video in f.get("videos") or ()]
         if not images and not videos:
             return {}
-        inputs = self.media.batch_inputs(images, videos, [list(f["input_ids"]) for f in features])
+        ids = [list(f["input_ids"]) for f in features]
+        inputs = self.media.batch_inputs(images, videos, ids)
         for key, value in inputs.items():
             if isinstance(value, list) and value and isinstance(value[0], list):  # one list per row, unpadded
                 gaps = [[0] * (length - len(row)) for row in value]
                 inputs[key] = torch.tensor([gap + row if left else row + gap for row, gap in zip(value, gaps, strict=True)])
+            elif key in self.media.plugin.token_inputs:
+                inputs[key] = pad_token_axis(value, [len(row) for row in ids], length, left)
         return dict(inputs)
 
     def flattened(self, features: list[dict]) -> dict:
@@ -121,6 +124,20 @@ class Collator:
 
         columns = [{"input_ids": f["input_ids"], "labels": f["labels"]} for f in features]
         return {**DataCollatorWithFlattening()(columns), "use_cache": False}
+
+
+def pad_token_axis(tensor, lengths: list[int], length: int, left: bool):
+    """A (rows, tokens, ...) tensor that the plugin made as long as the batch's longest row (`lengths`: each row's
+    tokens), with zeros on its token axis up to `length`: after it, as LLaMA-Factory pads Mllama's cross-attention
+    mask; or before each row's own tokens, where the ids are padded on the left (generation)."""
+    import torch
+
+    if not left:
+        return torch.nn.functional.pad(tensor, (0, 0) * (tensor.dim() - 2) + (0, length - tensor.shape[1]))
+    padded = tensor.new_zeros((tensor.shape[0], length, *tensor.shape[2:]))
+    for row, size in enumerate(lengths):
+        padded[row, length - size:] = tensor[row, :size]
+    return padded
 
 
 def build_collator(stage: str, tokenizer, pad_to_multiple_of: int | None = None, flatten: bool = False,

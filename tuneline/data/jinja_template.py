@@ -33,6 +33,7 @@ PROCESSOR_PLACEHOLDERS: dict[str, tuple[str | None, str | None]] = {
     "qwen3_vl": _QWEN_VISION,
     "pixtral": ("[IMG]", None),
     "minicpm_v_4_6": ("<|image_pad|>", None),
+    "mllama": ("<|image|>", None),
 }
 # plugins whose images the model's processor places outside the text, and where: no chat template writes them there
 PROCESSOR_PLACED = {"paligemma": "PaliGemma's processor puts the image tokens, then its own beginning of sequence, "

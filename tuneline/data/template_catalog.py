@@ -288,6 +288,8 @@ TEMPLATES["pixtral"] = dataclasses.replace(TEMPLATES["ministral"], name="pixtral
 TEMPLATES["paligemma"] = Template("paligemma", user=("{{content}}\n",), prefix=(BOS,), fuse_system=True,
                                   mm_plugin="paligemma")
 TEMPLATES["paligemma_chat"] = Template("paligemma_chat", **dict(_GEMMA, system=None), mm_plugin="paligemma")
+# Llama 3.2 Vision: Llama 3's turns; each image one <|image|> token, read through cross-attention
+TEMPLATES["mllama"] = dataclasses.replace(TEMPLATES["llama3"], name="mllama", mm_plugin="mllama")
 
 AUTO = ("auto", None, "")
 VISION = sorted(name for name, template in TEMPLATES.items() if template.mm_plugin)

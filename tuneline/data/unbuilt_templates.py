@@ -32,7 +32,6 @@ UNBUILT: dict[str, Unbuilt] = {
     "keye_vl": Unbuilt("Keye-VL", VIDEOS, "qwen3"),
     "kimi_vl": Unbuilt("Kimi-VL", IMAGES, None),
     "lfm2_vl": Unbuilt("LFM2-VL", IMAGES, None),
-    "mllama": Unbuilt("Llama 3.2 Vision", IMAGES, "llama3"),
     "llava_next_video": Unbuilt("LLaVA-NeXT-Video", VIDEOS, "vicuna"),
     "llava_next_video_mistral": Unbuilt("LLaVA-NeXT-Video (Mistral)", VIDEOS, "mistral"),
     "llava_next_video_yi": Unbuilt("LLaVA-NeXT-Video (Yi)", VIDEOS, "yi"),

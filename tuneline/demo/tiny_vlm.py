@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl, pixtral, paligemma, minicpm_v_4_6).
+qwen3_vl, pixtral, paligemma, minicpm_v_4_6, mllama).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -19,6 +19,17 @@ from pathlib import Path
 from tuneline.demo import tiny_paligemma, tiny_pixtral
 from tuneline.demo.tiny_minicpm import NAMED as MINICPM_NAMED
 from tuneline.demo.tiny_minicpm import minicpm_v_4_6_config, save_minicpm_v_4_6_processor
+from tuneline.demo.tiny_mllama import (
+    MLLAMA_END,
+    MLLAMA_EOS,
+    MLLAMA_IMAGE,
+    MLLAMA_NAMED,
+    MLLAMA_TOKENS,
+    MLLAMA_TURN,
+    mllama_config,
+    save_mllama_processor,
+    see_through_gates,
+)
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -49,18 +60,19 @@ _TEMPLATE = (
     "{%- if message['role'] == 'assistant' -%}"
     "{%- generation -%}{{- render(message['content']) -}}{{- @END_ANSWER@ -}}{%- endgeneration -%}"
     "{%- else -%}{{- render(message['content']) -}}{{- @END_TURN@ -}}{%- endif -%}"
-    "{{- '\\n' -}}"
+    "{{- @BETWEEN@ -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{%- set role = @ASSISTANT@ -%}{{- @OPEN@ -}}{%- endif -%}"
 )
 
 
 def chat_template(open_turn: str, end_turn: str, image: str, video: str = "''", end_answer: str | None = None,
-                  assistant: str = "'assistant'", bos: bool = False) -> str:
+                  assistant: str = "'assistant'", bos: bool = False, between: str = "'\\n'") -> str:
     """A family's chat template from jinja expressions; string or list content (`{"type": "image"}` items), and
-    {% generation %} around answers so `return_assistant_tokens_mask` finds them."""
+    {% generation %} around answers so `return_assistant_tokens_mask` finds them; `between`: after each turn."""
     parts = {"@OPEN@": open_turn, "@END_TURN@": end_turn, "@END_ANSWER@": end_answer or end_turn, "@IMAGE@": image,
-             "@VIDEO@": video, "@ASSISTANT@": assistant, "@BOS@": "{{- bos_token -}}" if bos else ""}
+             "@VIDEO@": video, "@ASSISTANT@": assistant, "@BOS@": "{{- bos_token -}}" if bos else "",
+             "@BETWEEN@": between}
     text = _TEMPLATE
     for name, value in parts.items():
         text = text.replace(name, value)
@@ -212,6 +224,7 @@ class VisionFamily:
     tokens: tuple[str, ...] = ()  # special tokens added to the tiny tokenizer's four
     named: dict[str, str] = field(default_factory=dict)  # of those, the attributes processors read
     eos_token: str = IM_END
+    prepare: Callable | None = None  # model -> None: weights the family's init leaves inert, made to matter
 
 
 VLM_PRESETS: dict[str, VisionFamily] = {
@@ -256,6 +269,11 @@ VLM_PRESETS: dict[str, VisionFamily] = {
         save_minicpm_v_4_6_processor,
         chat_template(CHATML_OPEN, CHATML_END, "'<|image_pad|>'", "'<|video_pad|>'"),
         tokens=tuple(MINICPM_NAMED.values()), named=MINICPM_NAMED),
+    # Llama 3's turns, one right after the other; each image one <|image|>, read through cross-attention
+    "mllama": VisionFamily(
+        lambda tokenizer: mllama_config(tokenizer, _text_config(tokenizer)), save_mllama_processor,
+        chat_template(MLLAMA_TURN, MLLAMA_END, MLLAMA_IMAGE, bos=True, between="''"), tokens=MLLAMA_TOKENS,
+        named=MLLAMA_NAMED, eos_token=MLLAMA_EOS, prepare=see_through_gates),
 }
 
 
@@ -285,6 +303,8 @@ def build_tiny_vlm(out_dir: str | Path, preset: str, *, seed: int = 0, corpus_di
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(family.config(tokenizer))
     see_images(model)
+    if family.prepare:
+        family.prepare(model)
     model.generation_config = GenerationConfig(**_ids(tokenizer))
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

@@ -74,6 +74,16 @@ def test_llava_next_on_other_language_models_writes_their_text_turns_as_llamafac
             == TEMPLATES[text]
 
 
+def test_mllama_writes_llama3_turns_as_llamafactory_does():
+    """Llama 3.2 Vision's template is, in LLaMA-Factory's registry, Llama 3's slot for slot; here it is the built
+    llama3 with the cross-attention image plugin."""
+    import dataclasses
+
+    turns = BENCH.read_snapshot()["text_turns"]
+    assert turns["mllama"] == turns["llama3"] and "mllama" in VISION
+    assert dataclasses.replace(TEMPLATES["mllama"], name="llama3", mm_plugin=None) == TEMPLATES["llama3"]
+
+
 def test_unknown_names_still_say_not_known():
     with pytest.raises(ConfigError, match="template 'chatm' is not known; did you mean 'chatml'"):
         get_template("chatm", None)

@@ -10,7 +10,7 @@ from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.model.vision import COMPOSITE_MODELS, in_part
 
-PRESETS = ["gemma3", "llava", "minicpm_v_4_6", "paligemma", "pixtral", "qwen2_vl", "qwen3_vl"]
+PRESETS = ["gemma3", "llava", "minicpm_v_4_6", "mllama", "paligemma", "pixtral", "qwen2_vl", "qwen3_vl"]
 # presets whose model type differs from their template's name (pixtral: LLaVA with a Pixtral tower)
 MODEL_TYPES = {"pixtral": "llava", "minicpm_v_4_6": "minicpmv4_6"}
 UNFROZEN = {"freeze_vision_tower": False, "freeze_multi_modal_projector": False}
@@ -67,7 +67,8 @@ def test_full_trains_the_language_model_only_by_default_and_every_part_unfrozen(
 @pytest.mark.parametrize("preset", PRESETS)
 def test_freeze_trains_the_last_layers_and_an_unfrozen_projector(tiny_vlm, tmp_path, preset):
     model = loaded(tiny_vlm, tmp_path, preset, finetuning_type="freeze", freeze_trainable_layers=1)
-    assert trainable(model) and all(".language_model.layers.1." in n for n in trainable(model))
+    last = model.config.get_text_config().num_hidden_layers - 1  # mllama's 3 (its cross-attention layer between)
+    assert trainable(model) and all(f".language_model.layers.{last}." in n for n in trainable(model))
     model = loaded(tiny_vlm, tmp_path, preset, finetuning_type="freeze", freeze_trainable_layers=1, **UNFROZEN)
     assert parts_trained(model, preset) == {"language", "projector"}  # freeze tuning never trains the tower
     projector = {n for n, _ in model.named_parameters() if part_of(n, preset) == "projector"}

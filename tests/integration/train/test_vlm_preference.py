@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import MM_DATA, FirstBatch, make_config, vlm_config
+from tests.support.training import (
+    MM_DATA,
+    FirstBatch,
+    kto_image_data,
+    make_config,
+    scores_with_and_without_pixels,
+    vlm_config,
+)
 
 
 def pref_config(tiny_vlm, tmp_path, preset: str, **keys):
@@ -128,7 +135,6 @@ def test_the_live_reference_and_the_policy_see_the_images_of_both_halves(tiny_vl
 
 
 def test_kto_trains_on_the_images_of_its_own_and_its_mismatched_completions(tiny_vlm, tmp_path):
-    import json
     import math
 
     from tuneline.data import build_dataset, load_processed
@@ -136,18 +142,7 @@ def test_kto_trains_on_the_images_of_its_own_and_its_mismatched_completions(tiny
     from tuneline.reference import build_reference_logps
     from tuneline.train.kto import run
 
-    pairs = json.loads((MM_DATA / "rlhf_v_demo.json").read_text())
-    rows = [{"messages": [{"role": "user", "content": p["conversations"][0]["value"]},
-                          {"role": "assistant", "content": p[side]["value"]}],
-             "label": side == "chosen", "images": [str(MM_DATA / image) for image in p["images"]]}
-            for p in pairs for side in ("chosen", "rejected")]
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "kto_images.json").write_text(json.dumps(rows))
-    (data / "dataset_info.json").write_text(json.dumps({"kto_images": {
-        "file_name": "kto_images.json", "formatting": "sharegpt",
-        "columns": {"messages": "messages", "kto_tag": "label", "images": "images"},
-        "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}))
+    data = kto_image_data(tmp_path / "data")
     config = pref_config(tiny_vlm, tmp_path, "gemma3", stage="kto", dataset="kto_images", dataset_dir=str(data),
                          val_size=0)
     ref = build_dataset(config)
@@ -175,8 +170,7 @@ def test_rm_scores_each_pair_with_its_images_and_exports_a_scorer_that_reloads(t
 
     import torch
 
-    from tuneline.data import build_collator, build_dataset, load_processed
-    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.data import build_dataset, load_processed
     from tuneline.evaluation.run import run_evaluation
     from tuneline.export.merge import export_model
     from tuneline.model import load_model, load_tokenizer
@@ -202,12 +196,7 @@ def test_rm_scores_each_pair_with_its_images_and_exports_a_scorer_that_reloads(t
               "paligemma": "PaliGemma"}[preset]
     assert type(trained).__name__ == f"{family}ForSequenceClassification"
     train = load_processed(ref)["train"]
-    pairs = build_collator("rm", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0], train[1]])
-    media = pairs[MEDIA_INPUTS]
-    with torch.no_grad():
-        seen = torch.cat(pair_scores(trained, pairs))
-        blind = torch.cat(pair_scores(trained, {**pairs, MEDIA_INPUTS: {**media, "pixel_values": 0 * media[
-            "pixel_values"]}}))
+    pairs, seen, blind = scores_with_and_without_pixels(trained, config, tokenizer, train)
     assert not torch.allclose(seen, blind), "the pixels reach the reward model's forward"
 
     scored = run_evaluation(config, ref, str(out))  # the held-out pair, scored with its image

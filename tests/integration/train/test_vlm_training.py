@@ -108,10 +108,11 @@ def test_the_images_change_what_the_model_computes(tiny_vlm, tmp_path):
 
 def test_image_rows_need_a_vision_template_and_model(tiny_vlm, tiny_model_dir, tmp_path):
     from tuneline.data import build_dataset
+    from tuneline.data.template_catalog import VISION
 
     with pytest.raises(ConfigError, match="'template: chatml' reads text only") as refused:
         build_dataset(sft_config(tiny_vlm, tmp_path, "gemma3", template="chatml"))
-    assert all(name in str(refused.value) for name in ("gemma3", "llava_next_qwen", "paligemma_chat", "pixtral"))
+    assert f"({', '.join(VISION)})" in str(refused.value) and "mllama" in VISION  # every vision template built
     text_model = sft_config(tiny_vlm, tmp_path, "gemma3", model_name_or_path=str(tiny_model_dir))
     with pytest.raises(ConfigError, match="text-only model"):
         build_dataset(text_model)
@@ -183,12 +184,10 @@ def test_llava_next_trains_on_each_image_at_its_own_grid(tiny_vlm, tmp_path):
     """LLaVA-NeXT's image tokens depend on each image's shape (the grid that fits it best, its letterbox cut away):
     the rows are expanded at build time, from sizes alone, to the counts the processor itself writes from pixels, the batch holds every image's
     tiles and size, the pixels reach the forward, and the run trains and saves its processor."""
-    import torch
     from PIL import Image
 
-    from tuneline.data import build_collator, build_dataset, load_processed
-    from tuneline.data.mm.run_media import dataset_media
-    from tuneline.model import load_model, load_tokenizer
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.model import load_tokenizer
     from tuneline.model.processor import load_processor
     from tuneline.train.sft import run
 
@@ -210,9 +209,19 @@ def test_llava_next_trains_on_each_image_at_its_own_grid(tiny_vlm, tmp_path):
     assert batch["pixel_values"].shape[2:] == (3, 32, 32)  # 32-pixel tiles: the base view, then the grid's
     assert result["global_step"] == 2 and (tmp_path / "out" / "processor_config.json").is_file()
 
-    tokenizer = load_tokenizer(config.model)
+    assert_pixels_reach_the_forward(config, load_tokenizer(config.model), train, tmp_path / "out")
+
+
+def assert_pixels_reach_the_forward(config, tokenizer, train, adapters) -> None:
+    """The trained model's loss on two rows moves when the collator's pixels are zeroed."""
+    import torch
+
+    from tuneline.data import build_collator
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model
+
     inputs = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0], train[1]])
-    model = load_model(config, tokenizer, is_trainable=False, adapters=str(tmp_path / "out"))
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(adapters))
     with torch.no_grad():
         seen = model(**inputs).loss
         blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
@@ -275,3 +284,44 @@ def test_minicpm_v_4_6_trains_on_overviews_and_slices_with_the_image_half_of_its
         seen = model(**inputs).loss
         blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
     assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+
+
+def test_mllama_trains_reading_its_images_through_cross_attention(tiny_vlm, tmp_path):
+    """Llama 3.2 Vision: one <|image|> per image in the rows; the batch holds each row's images as tiles with
+    their aspect ratios, and the cross-attention mask padded as the ids; the pixels reach the forward; the run
+    trains, saves its processor, scores the held-out rows with their images and exports."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from tuneline.data import build_dataset, load_processed
+    from tuneline.evaluation.run import run_evaluation
+    from tuneline.export.merge import export_model
+    from tuneline.model import load_tokenizer
+    from tuneline.train.sft import run
+
+    config = sft_config(tiny_vlm, tmp_path, "mllama")
+    ref = build_dataset(config)
+    train = load_processed(ref)["train"]
+    tokenizer = load_tokenizer(config.model)
+    image = tokenizer.convert_tokens_to_ids("<|image|>")
+    assert all(row["input_ids"].count(image) == len(row["images"]) for row in train)
+
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    rows, length = batch["input_ids"].shape
+    most = int((batch["input_ids"] == image).sum(-1).max())
+    assert batch["cross_attention_mask"].shape == (rows, length, most, 4)
+    assert batch["pixel_values"].shape == (rows, most, 4, 3, 32, 32) and batch["aspect_ratio_ids"].shape == (rows, most)
+    for ids, mask in zip(batch["input_ids"].tolist(), batch["cross_attention_mask"], strict=True):
+        first = ids.index(image)  # the text before a row's first image sees none, from it on the image's tiles
+        assert not mask[:first].any() and mask[first, 0].all()
+    assert result["global_step"] == 2 and (tmp_path / "out" / "processor_config.json").is_file()
+
+    assert_pixels_reach_the_forward(config, tokenizer, train, tmp_path / "out")
+
+    scored = run_evaluation(config, ref, str(tmp_path / "out"))
+    assert scored["num_samples"] == 2 and "eval_loss" in scored["metrics"]
+    merged = export_model(sft_config(tiny_vlm, tmp_path / "export", "mllama", adapter_name_or_path=str(tmp_path / "out"),
+                                     export_dir=str(tmp_path / "merged")))
+    assert AutoProcessor.from_pretrained(merged).image_processor.max_image_tiles == 4
+    assert AutoModelForImageTextToText.from_pretrained(merged).config.model_type == "mllama"

@@ -26,6 +26,7 @@ class MMPlugin:
     video_token: str | None = None
     qwen_sizes = False  # Qwen-VL's extra side and ratio limits on top of the pixel limits
     pans_and_scans = False  # takes `image_do_pan_and_scan` (Gemma 3); other plugins refuse it
+    token_inputs = ()  # batch tensors along the tokens (axis 1): the collator pads them as the ids
 
     def expand_messages(self, messages: list[dict], images: list = (), videos: list = (), processor: Any = None,
                         settings: MediaSettings = MediaSettings()) -> list[dict]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tuneline.data.mm.base_plugin import MMPlugin
 from tuneline.data.mm.minicpm import MiniCPMV46Plugin
+from tuneline.data.mm.mllama import MllamaPlugin
 from tuneline.data.mm.paligemma import PaliGemmaPlugin
 from tuneline.data.mm.pixels import (
     PAN_AND_SCAN,
@@ -276,6 +277,7 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
     PixtralPlugin("pixtral", image_token="[IMG]"),
     PaliGemmaPlugin("paligemma", image_token="<image>"),
     MiniCPMV46Plugin("minicpm_v_4_6", image_token="<|image_pad|>"),
+    MllamaPlugin("mllama", image_token="<|image|>"),
 )}
 
 
