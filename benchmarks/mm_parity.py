@@ -9,8 +9,10 @@ a folder both environments load, and runs LLaMA-Factory's plugin (`process_messa
 setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
 "N of M jobs identical".
 
-Qwen2-VL/Qwen3-VL processors need a video processor, which needs torchvision: both sides get the Qwen2-VL image
-processor and the tokenizer alone, in a plain object where the processor would be (the plugins only read attributes).
+Qwen2-VL/Qwen3-VL and InternVL processors need a video processor, which needs torchvision: both sides get the image
+processor (Qwen2-VL's; GotOcr2's, 56-pixel tiles, for InternVL) and the tokenizer alone, in a plain object where the
+processor would be (the plugins only read attributes). InternVL is also compared with `crop_to_patches: true`
+(`intern_vl/crop_to_patches*`), where each demo image becomes a grid of tiles and a thumbnail.
 `--snapshot` writes LLaMA-Factory's results (texts, ids, tensor summaries) to tests/fixtures/llamafactory/0.9.5/
 mm_parity.json.xz for tests/integration/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
 
@@ -42,6 +44,7 @@ SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
+    "intern_vl": "intern_vl",
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -54,6 +57,13 @@ PAN_AND_SCAN_SETTINGS = {  # gemma3 only: the key is Gemma 3's
     "pan_and_scan": {**SETTINGS["defaults"], "image_do_pan_and_scan": True},
     "pan_and_scan_grow": {**SETTINGS["grow"], "image_do_pan_and_scan": True},
 }
+CROP_TO_PATCHES_SETTINGS = {  # intern_vl only: the key is InternVL's
+    "crop_to_patches": {**SETTINGS["defaults"], "crop_to_patches": True},
+    "crop_to_patches_shrink": {**SETTINGS["shrink"], "crop_to_patches": True},
+}
+INTERN_VL_TOKENS = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+                    "video_token": "<video>"}
+INTERN_VL_SEQ_LENGTH = 4  # context tokens per 56-pixel tile
 ENCODING_JOB = "tiny_gemma3/pan_and_scan_grow"  # the whole sft encoding, on the tiny gemma3
 PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL processors resize to a hair's difference
 QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
@@ -66,6 +76,7 @@ def build_processor(family: str, out: Path) -> Path:
         CLIPImageProcessorPil,
         Gemma3ImageProcessorPil,
         Gemma3Processor,
+        GotOcr2ImageProcessorPil,
         LlavaNextImageProcessorPil,
         LlavaNextProcessor,
         LlavaProcessor,
@@ -90,6 +101,9 @@ def build_processor(family: str, out: Path) -> Path:
             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
         processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
                                     tokenizer=tokenizer, image_seq_length=4)
+    elif family == "intern_vl":  # the image processor and tokenizer alone: InternVL's processor needs torchvision
+        AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens=INTERN_VL_TOKENS).save_pretrained(out)
+        processor = GotOcr2ImageProcessorPil(size={"height": 56, "width": 56})
     else:  # the image processor and tokenizer alone: a Qwen-VL processor needs torchvision
         processor = AutoTokenizer.from_pretrained(TOKENIZER)
         processor.add_special_tokens({"additional_special_tokens": QWEN_TOKENS})
@@ -102,13 +116,17 @@ def build_processor(family: str, out: Path) -> Path:
 def load_processor(family: str, folder: Path, settings: dict) -> object:
     """The processor as a plugin reads it; LLaMA-Factory's settings set as attributes, as its `patch_processor`
     does (tuneline's plugins take them as `MediaSettings` and ignore the attributes)."""
-    from transformers import AutoProcessor, AutoTokenizer, Qwen2VLImageProcessorPil
+    from transformers import AutoProcessor, AutoTokenizer, GotOcr2ImageProcessorPil, Qwen2VLImageProcessorPil
 
     if family.startswith("qwen"):  # named: transformers 5.6's AutoImageProcessor refuses to load without torchvision
         image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
         processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
                                     tokenizer=AutoTokenizer.from_pretrained(folder),
                                     model_input_names=["input_ids", "pixel_values", "image_grid_thw"])
+    elif family == "intern_vl":
+        processor = SimpleNamespace(image_processor=GotOcr2ImageProcessorPil.from_pretrained(folder),
+                                    tokenizer=AutoTokenizer.from_pretrained(folder),
+                                    image_seq_length=INTERN_VL_SEQ_LENGTH)
     else:
         processor = AutoProcessor.from_pretrained(folder)
     for key, value in settings.items():
@@ -119,7 +137,8 @@ def load_processor(family: str, folder: Path, settings: dict) -> object:
 def jobs() -> list[tuple[str, str, dict]]:
     """(family, setting, LLaMA-Factory's processor attributes) for each plugin job."""
     plain = [(family, setting, values) for family in FAMILIES for setting, values in SETTINGS.items()]
-    return plain + [("gemma3", setting, values) for setting, values in PAN_AND_SCAN_SETTINGS.items()]
+    return (plain + [("gemma3", setting, values) for setting, values in PAN_AND_SCAN_SETTINGS.items()]
+            + [("intern_vl", setting, values) for setting, values in CROP_TO_PATCHES_SETTINGS.items()])
 
 
 def nest_crop_counts(processor) -> None:

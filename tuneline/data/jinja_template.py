@@ -31,6 +31,7 @@ PROCESSOR_PLACEHOLDERS: dict[str, tuple[str | None, str | None]] = {
     "gemma3": ("<start_of_image>", None),
     "qwen2_vl": _QWEN_VISION,
     "qwen3_vl": _QWEN_VISION,
+    "intern_vl": ("<IMG_CONTEXT>", "<video>"),
 }
 # the Template fields this generator reads; a new field set away from its default is reported, not silently dropped
 READ_FIELDS = {"name", "user", "assistant", "system", "function", "observation", "prefix", "default_system",

@@ -281,6 +281,13 @@ TEMPLATES.update({name: dataclasses.replace(TEMPLATES[text], name=name, mm_plugi
 TEMPLATES["llava_next_qwen"] = dataclasses.replace(TEMPLATES["llava_next_qwen"],
                                                    default_system="You are a helpful assistant.")
 
+# InternVL and Intern-S1: InternLM's ChatML turns (after the bos token) around the tiling image plugin
+_INTERNVL_SYSTEM = ("你是书生·万象，英文名是InternVL，是由上海人工智能实验室、清华大学及"
+                    "多家合作单位联合开发的多模态大语言模型。")
+TEMPLATES["intern_vl"] = dataclasses.replace(TEMPLATES["intern2"], name="intern_vl", mm_plugin="intern_vl",
+                                             default_system=_INTERNVL_SYSTEM)
+TEMPLATES["intern_s1"] = dataclasses.replace(TEMPLATES["intern_vl"], name="intern_s1", default_system="")
+
 AUTO = ("auto", None, "")
 VISION = sorted(name for name, template in TEMPLATES.items() if template.mm_plugin)
 

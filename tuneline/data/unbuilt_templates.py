@@ -26,8 +26,6 @@ UNBUILT: dict[str, Unbuilt] = {
     "glm4_5v": Unbuilt("GLM-4.5V", VIDEOS, None),
     "glm_ocr": Unbuilt("GLM-OCR", IMAGES, "glm4"),
     "granite3_vision": Unbuilt("Granite 3 Vision", IMAGES, None),
-    "intern_vl": Unbuilt("InternVL", VIDEOS, None),
-    "intern_s1": Unbuilt("Intern-S1", VIDEOS, None),
     "keye_vl": Unbuilt("Keye-VL", VIDEOS, "qwen3"),
     "kimi_vl": Unbuilt("Kimi-VL", IMAGES, None),
     "lfm2_vl": Unbuilt("LFM2-VL", IMAGES, None),

@@ -7,6 +7,7 @@ Both follow LLaMA-Factory 0.9.5's `mm_plugin.py`; `benchmarks/mm_parity.py` comp
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ class MMPlugin:
     video_token: str | None = None
     qwen_sizes = False  # Qwen-VL's extra side and ratio limits on top of the pixel limits
     pans_and_scans = False  # takes `image_do_pan_and_scan` (Gemma 3); other plugins refuse it
+    crops_to_patches = False  # takes `crop_to_patches` (InternVL); other plugins refuse it
+    videos_need_torchvision = True  # its videos go through a transformers video processor (all but InternVL's)
 
     def expand_messages(self, messages: list[dict], images: list = (), videos: list = (), processor: Any = None,
                         settings: MediaSettings = MediaSettings()) -> list[dict]:
@@ -344,11 +347,20 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
 )}
 
 
+# plugins kept in a family's own module (built on the classes above): plugin name -> module, whose PLUGINS holds it
+FAMILY_MODULES: dict[str, str] = {
+    "intern_vl": "tuneline.data.mm.intern_vl",
+}
+
+
 def get_mm_plugin(name: str | None) -> MMPlugin:
     """The plugin a template names (`Template.mm_plugin`); None or 'base' for text-only models."""
     if name is None:
         return PLUGINS["base"]
+    if name in FAMILY_MODULES:
+        return importlib.import_module(FAMILY_MODULES[name]).PLUGINS[name]
     if name not in PLUGINS:
-        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, PLUGINS)}; "
-                          f"use one of {sorted(PLUGINS)}")
+        known = {**PLUGINS, **FAMILY_MODULES}
+        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, known)}; "
+                          f"use one of {sorted(known)}")
     return PLUGINS[name]
