@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl).
+qwen3_vl, intern_vl).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -15,6 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuneline.demo.tiny_intern_vl import (
+    CHAT_IMAGE,
+    CHAT_VIDEO,
+    INTERN_VL_NAMED,
+    intern_vl_config,
+    save_intern_vl_processor,
+)
 from tuneline.demo.tiny_model import DEFAULT_CORPUS_DIR, IM_END, replace_dir, train_tokenizer
 
 VOCAB_SIZE, MAX_LENGTH = 512, 1024
@@ -232,6 +239,13 @@ VLM_PRESETS: dict[str, VisionFamily] = {
     "qwen3_vl": VisionFamily(
         _qwen3_vl_config, _qwen_processor("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
         chat_template(CHATML_OPEN, CHATML_END, QWEN_IMAGE, QWEN_VIDEO), tokens=QWEN_TOKENS, named=QWEN_NAMED),
+    # ChatML after the bos token; 32-pixel tiles of 4 context tokens
+    "intern_vl": VisionFamily(
+        lambda tokenizer: intern_vl_config(tokenizer, _text_config(tokenizer), {**VISION_SIZES, "patch_size": PATCH_SIZE,
+                                                                                "image_size": IMAGE_SIZE}),
+        lambda tokenizer, folder: save_intern_vl_processor(tokenizer, folder, IMAGE_SIZE, PATCH_SIZE),
+        chat_template(CHATML_OPEN, CHATML_END, CHAT_IMAGE, CHAT_VIDEO, bos=True),
+        tokens=tuple(INTERN_VL_NAMED.values()), named=INTERN_VL_NAMED),
 }
 
 

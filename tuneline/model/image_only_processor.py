@@ -1,4 +1,4 @@
-"""A Qwen-VL processor without its video half, for where torchvision does not load.
+"""A Qwen-VL, InternVL or GLM-4.1V processor without its video half, for where torchvision does not load.
 
 transformers builds the Qwen2-VL, Qwen2.5-VL and Qwen3-VL processors only with their video processor, and every video
 processor imports torchvision, so without it no Qwen-VL processor loads, even for rows that hold only images. But an
@@ -11,6 +11,7 @@ processor, the tokenizer and the model's own processor files, so the folder load
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any
 
 from tuneline.errors import UserError
 
-IMAGE_ONLY_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")  # processors whose image half suffices
+# processors whose image half suffices
+IMAGE_ONLY_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "internvl")
 # The model's processor files that neither the image processor nor the tokenizer writes, copied as they are.
 PROCESSOR_FILES = ("processor_config.json", "video_preprocessor_config.json", "chat_template.jinja",
                    "chat_template.json")
@@ -30,6 +32,14 @@ class ImageOnlyProcessor:
     tokenizer: Any
     model_input_names: list[str]
     source_files: dict[str, str] = field(default_factory=dict)  # file name -> the model's copy
+    # the processor's own settings from processor_config.json (InternVL's `image_seq_length`), read as attributes
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        settings = self.__dict__.get("settings", {})
+        if name in settings:
+            return settings[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def save_pretrained(self, folder: str | Path) -> None:
         folder = Path(folder)
@@ -60,4 +70,13 @@ def load_image_only_processor(model_args, model_config, hub_kwargs: dict, error:
         names.append("mm_token_type_ids")
     files = {file: path for file in PROCESSOR_FILES
              if (path := cached_file(name, file, _raise_exceptions_for_missing_entries=False, **hub_kwargs))}
-    return ImageOnlyProcessor(image_processor, tokenizer, names, files)
+    return ImageOnlyProcessor(image_processor, tokenizer, names, files, _scalar_settings(files))
+
+
+def _scalar_settings(files: dict[str, str]) -> dict[str, Any]:
+    """processor_config.json's plain values (not the nested image and video processor configs)."""
+    if "processor_config.json" not in files:
+        return {}
+    config = json.loads(Path(files["processor_config.json"]).read_text())
+    return {key: value for key, value in config.items()
+            if key != "processor_class" and isinstance(value, (int, float, str, bool))}

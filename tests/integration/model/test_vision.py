@@ -10,7 +10,8 @@ from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.model.vision import COMPOSITE_MODELS, in_part
 
-PRESETS = ["gemma3", "llava", "qwen2_vl", "qwen3_vl"]
+PRESETS = ["gemma3", "llava", "qwen2_vl", "qwen3_vl", "intern_vl"]
+MODEL_TYPES = {"intern_vl": "internvl"}  # presets named after their template where the model type differs
 UNFROZEN = {"freeze_vision_tower": False, "freeze_multi_modal_projector": False}
 
 
@@ -27,7 +28,7 @@ def trainable(model) -> set[str]:
 
 
 def part_of(name: str, preset: str) -> str:
-    parts = COMPOSITE_MODELS[preset]
+    parts = COMPOSITE_MODELS[MODEL_TYPES.get(preset, preset)]
     for part, keys in (("vision", parts.vision_tower), ("projector", parts.projector),
                        ("language", parts.language_model)):
         if in_part(name, keys):

@@ -18,6 +18,8 @@ def image_token_id(config, preset: str) -> int:
     from tuneline.model.processor import load_processor
 
     processor = load_processor(config)
+    if preset == "intern_vl":
+        return processor.tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>")
     return processor.tokenizer.convert_tokens_to_ids(processor.image_token if preset.startswith("llava")
                                                      else "<image_soft_token>")
 
@@ -38,7 +40,7 @@ def blanked(dataset):
     return dataset.map(blank)
 
 
-@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next"])
+@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next", "intern_vl"])
 def test_dpo_trains_on_the_images_with_a_reference_precomputed_from_them(tiny_vlm, tmp_path, preset):
     import math
     import shutil
@@ -164,7 +166,7 @@ def test_kto_trains_on_the_images_of_its_own_and_its_mismatched_completions(tiny
     assert all(math.isfinite(v) for k, v in result["metrics"].items() if k.endswith("loss"))
 
 
-@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next"])
+@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next", "intern_vl"])
 def test_rm_scores_each_pair_with_its_images_and_exports_a_scorer_that_reloads(tiny_vlm, tmp_path, preset):
     """The reward model is the family's sequence classifier over the whole image-text backbone (transformers' own for
     gemma3, ours for llava): its batches carry both halves' pixels, the pixels change the scores, the held-out
@@ -196,7 +198,7 @@ def test_rm_scores_each_pair_with_its_images_and_exports_a_scorer_that_reloads(t
 
     tokenizer = load_tokenizer(config.model)
     trained = load_model(config, tokenizer, is_trainable=False, add_valuehead=True, adapters=str(out))
-    family = {"gemma3": "Gemma3", "llava": "Llava", "llava_next": "LlavaNext"}[preset]
+    family = {"gemma3": "Gemma3", "llava": "Llava", "llava_next": "LlavaNext", "intern_vl": "InternVL"}[preset]
     assert type(trained).__name__ == f"{family}ForSequenceClassification"
     train = load_processed(ref)["train"]
     pairs = build_collator("rm", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0], train[1]])

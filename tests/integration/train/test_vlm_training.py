@@ -223,3 +223,45 @@ def test_llava_next_on_qwen_turns_expands_the_same_images(tiny_vlm, tmp_path):
         r["input_ids"].count(image) for r in rows["llava_next_qwen"]]
     text = tokenizer.decode(rows["llava_next_qwen"][0]["input_ids"])
     assert text.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<image>")
+
+
+@pytest.mark.parametrize("crop_to_patches", [False, True])
+def test_intern_vl_trains_on_each_images_tiles(tiny_vlm, tmp_path, crop_to_patches):
+    """InternVL's processor needs torchvision (its video processor), its image half does not: each image is expanded
+    at build time to 4 context tokens per tile (one tile, or with `crop_to_patches` its grid and a thumbnail), the
+    batch holds every tile, the pixels reach the forward, and the run trains and saves processor files that load."""
+    import json
+
+    import torch
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.sft import run
+
+    config = sft_config(tiny_vlm, tmp_path, "intern_vl", crop_to_patches=crop_to_patches)
+    ref = build_dataset(config)
+    tokenizer = load_tokenizer(config.model)
+    train = load_processed(ref)["train"]
+    media = dataset_media(config, tokenizer, [train])
+    context = tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>")
+    per_image = [row["input_ids"].count(context) / len(row["images"]) for row in train]
+    assert (max(per_image) > 4) == crop_to_patches and min(per_image) >= 4
+    assert sum(row["input_ids"].count(tokenizer.convert_tokens_to_ids("<img>")) for row in train) == sum(
+        len(row["images"]) for row in train)
+
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    assert batch["pixel_values"].shape[0] * 4 == int((batch["input_ids"] == context).sum())
+    assert batch["pixel_values"].shape[1:] == (3, 32, 32) and result["global_step"] == 2
+    out = tmp_path / "out"
+    for folder in (out, out / "checkpoint-2"):
+        assert json.loads((folder / "processor_config.json").read_text())["image_seq_length"] == 4, folder
+
+    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
