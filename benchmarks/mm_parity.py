@@ -12,7 +12,9 @@ setting, whether the expanded texts, their token ids and the tensors (shapes and
 Qwen2-VL/Qwen3-VL and InternVL processors need a video processor, which needs torchvision: both sides get the image
 processor (Qwen2-VL's; GotOcr2's, 56-pixel tiles, for InternVL) and the tokenizer alone, in a plain object where the
 processor would be (the plugins only read attributes). InternVL is also compared with `crop_to_patches: true`
-(`intern_vl/crop_to_patches*`), where each demo image becomes a grid of tiles and a thumbnail.
+(`intern_vl/crop_to_patches*`), where each demo image becomes a grid of tiles and a thumbnail, and on
+mllm_video_demo's videos (`intern_vl/videos*`: the frames sampled and resized, their expanded lines and their pixel
+values; InternVL sends frames through the image processor, so this runs without torchvision).
 `--snapshot` writes LLaMA-Factory's results (texts, ids, tensor summaries) to tests/fixtures/llamafactory/0.9.5/
 mm_parity.json.xz for tests/integration/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
 
@@ -61,6 +63,13 @@ CROP_TO_PATCHES_SETTINGS = {  # intern_vl only: the key is InternVL's
     "crop_to_patches": {**SETTINGS["defaults"], "crop_to_patches": True},
     "crop_to_patches_shrink": {**SETTINGS["shrink"], "crop_to_patches": True},
 }
+VIDEO_SETTINGS = {  # intern_vl only: its frames go through the image processor, so videos run without torchvision
+    "videos": {**SETTINGS["defaults"], "video_fps": 2.0, "video_maxlen": 6, "video_max_pixels": 128 * 128,
+               "video_min_pixels": 16 * 16},
+    "videos_grow": {**SETTINGS["defaults"], "video_fps": 1.0, "video_maxlen": 3, "video_max_pixels": 256 * 256,
+                    "video_min_pixels": 100 * 100},
+}
+VIDEO_DEMO = FIXTURES / "llamafactory-mm"  # mllm_video_demo.json and its videos, as LLaMA-Factory ships them
 INTERN_VL_TOKENS = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
                     "video_token": "<video>"}
 INTERN_VL_SEQ_LENGTH = 4  # context tokens per 56-pixel tile
@@ -138,7 +147,8 @@ def jobs() -> list[tuple[str, str, dict]]:
     """(family, setting, LLaMA-Factory's processor attributes) for each plugin job."""
     plain = [(family, setting, values) for family in FAMILIES for setting, values in SETTINGS.items()]
     return (plain + [("gemma3", setting, values) for setting, values in PAN_AND_SCAN_SETTINGS.items()]
-            + [("intern_vl", setting, values) for setting, values in CROP_TO_PATCHES_SETTINGS.items()])
+            + [("intern_vl", setting, values) for setting, values in {**CROP_TO_PATCHES_SETTINGS,
+                                                                      **VIDEO_SETTINGS}.items()])
 
 
 def nest_crop_counts(processor) -> None:
@@ -156,9 +166,12 @@ def nest_crop_counts(processor) -> None:
     processor.image_processor.__class__ = NestedCropCounts
 
 
-def demo_rows() -> list[dict]:
-    rows = json.loads((DEMO / "mllm_demo.json").read_text())
-    return [{"messages": row["messages"], "images": [str(DEMO / image) for image in row["images"]]} for row in rows]
+def demo_rows(setting: str = "defaults") -> list[dict]:
+    """The rows a job runs on: mllm_demo's (images), or for a video setting mllm_video_demo's (videos)."""
+    demo, name = (VIDEO_DEMO, "mllm_video_demo") if setting in VIDEO_SETTINGS else (DEMO, "mllm_demo")
+    rows = json.loads((demo / f"{name}.json").read_text())
+    return [{"messages": row["messages"], "images": [str(demo / image) for image in row.get("images", [])],
+             "videos": [str(demo / video) for video in row.get("videos", [])]} for row in rows]
 
 
 def summarize(value) -> dict | list:
@@ -202,13 +215,18 @@ for family, setting, values in jobs():
     if values.get("image_do_pan_and_scan"):
         nest_crop_counts(processor)
     rows = []
-    for row in demo_rows():
-        messages = plugin.process_messages(row["messages"], row["images"], [], [], processor)
+    for row in demo_rows(setting):
+        images, videos = row["images"], row["videos"]
+        messages = plugin.process_messages(row["messages"], images, videos, [], processor)
         ids = encode_row(processor.tokenizer, messages)
-        ids, _ = plugin.process_token_ids(ids, None, row["images"], [], [], processor.tokenizer, processor)
-        inputs = plugin.get_mm_inputs(row["images"], [], [], [len(row["images"])], [0], [0], [ids], processor)
+        ids, _ = plugin.process_token_ids(ids, None, images, videos, [], processor.tokenizer, processor)
+        inputs = plugin.get_mm_inputs(images, videos, [], [len(images)], [len(videos)], [0], [ids], processor)
         limits = {k: v for k, v in values.items() if k.endswith("_pixels")}
-        regularized = plugin._regularize_images(row["images"], **limits)["images"]
+        regularized = plugin._regularize_images(images, **limits)["images"]
+        if videos:  # each frame as the plugin resized it
+            regularized += [frame for video in plugin._regularize_videos(
+                videos, image_max_pixels=values["video_max_pixels"], image_min_pixels=values["video_min_pixels"],
+                video_fps=values["video_fps"], video_maxlen=values["video_maxlen"])["videos"] for frame in video]
         rows.append({"texts": [m["content"] for m in messages], "ids": ids,
                      "images": [image_digest(image) for image in regularized],
                      "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
@@ -220,7 +238,7 @@ print(json.dumps(results))
 def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
     """tuneline's results, shaped like LLaMA-Factory's."""
     from tuneline.data.mm import MediaSettings, get_mm_plugin
-    from tuneline.data.mm.pixels import regularize_image
+    from tuneline.data.mm.pixels import regularize_image, sample_video
     from tuneline.data.template_catalog import TEMPLATES
 
     results = {}
@@ -228,12 +246,15 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
         plugin = get_mm_plugin(TEMPLATES[FAMILIES[family]].mm_plugin)
         processor, settings = load_processor(family, folders[family], {}), MediaSettings(**values)
         rows = []
-        for row in demo_rows():
-            messages = plugin.expand_messages(row["messages"], row["images"], [], processor, settings)
+        for row in demo_rows(setting):
+            images, videos = row["images"], row["videos"]
+            messages = plugin.expand_messages(row["messages"], images, videos, processor, settings)
             ids = encode_row(processor.tokenizer, messages)
-            inputs = plugin.batch_inputs(row["images"], [], [ids], processor, settings)
+            inputs = plugin.batch_inputs(images, videos, [ids], processor, settings)
             regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
-                                            plugin.qwen_sizes) for image in row["images"]]
+                                            plugin.qwen_sizes) for image in images]
+            regularized += [regularize_image(frame, settings.video_max_pixels, settings.video_min_pixels)
+                            for video in videos for frame in sample_video(video, settings).frames]
             rows.append({"texts": [m["content"] for m in messages], "ids": ids,
                          "images": [image_digest(image) for image in regularized],
                          "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
@@ -394,7 +415,7 @@ def main() -> None:
                           f"(the processor's own resize differs between the two transformers versions)")
         identical += difference is None
         print(f"{job}: {difference or 'identical'} ({len(rows)} rows)")
-    print(f"{identical} of {len(theirs)} jobs identical on mllm_demo, {close} more identical up to "
+    print(f"{identical} of {len(theirs)} jobs identical on mllm_demo and mllm_video_demo, {close} more identical up to "
           "the image processor's transformers version")
     if args.snapshot:
         write_snapshot(SNAPSHOT, theirs)
