@@ -9,8 +9,8 @@ a folder both environments load, and runs LLaMA-Factory's plugin (`process_messa
 setting, whether the expanded texts, their token ids and the tensors (shapes and values) are identical, then
 "N of M jobs identical".
 
-Qwen2-VL/Qwen3-VL and InternVL processors need a video processor, which needs torchvision: both sides get the image
-processor (Qwen2-VL's; GotOcr2's, 56-pixel tiles, for InternVL) and the tokenizer alone, in a plain object where the
+Qwen2-VL/Qwen3-VL, GLM-4.1V and InternVL processors need a video processor, which needs torchvision: both sides get
+the image processor (Qwen2-VL's; GLM-4.1V's; GotOcr2's, 56-pixel tiles, for InternVL) and the tokenizer alone, in a plain object where the
 processor would be (the plugins only read attributes). InternVL is also compared with `crop_to_patches: true`
 (`intern_vl/crop_to_patches*`), where each demo image becomes a grid of tiles and a thumbnail, and on
 mllm_video_demo's videos (`intern_vl/videos*`: the frames sampled and resized, their expanded lines and their pixel
@@ -46,7 +46,7 @@ SNAPSHOT = FIXTURES / "llamafactory" / "0.9.5" / "mm_parity.json.xz"
 DEMO = FIXTURES / "llamafactory" / "0.9.5" / "data"  # mllm_demo.json and its images, as LLaMA-Factory ships them
 FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it uses
     "llava": "llava", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "llava_next": "llava_next",
-    "intern_vl": "intern_vl",
+    "intern_vl": "intern_vl", "glm4v": "glm4v",
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -76,6 +76,9 @@ INTERN_VL_SEQ_LENGTH = 4  # context tokens per 56-pixel tile
 ENCODING_JOB = "tiny_gemma3/pan_and_scan_grow"  # the whole sft encoding, on the tiny gemma3
 PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL processors resize to a hair's difference
 QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+GLM4V_TOKENS = ["<|begin_of_image|>", "<|end_of_image|>", "<|image|>", "<|begin_of_video|>", "<|end_of_video|>",
+                "<|video|>"]
+GLM4V_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 128}  # per pair of frames: an image counts twice
 
 
 def build_processor(family: str, out: Path) -> Path:
@@ -85,6 +88,7 @@ def build_processor(family: str, out: Path) -> Path:
         CLIPImageProcessorPil,
         Gemma3ImageProcessorPil,
         Gemma3Processor,
+        Glm4vImageProcessorPil,
         GotOcr2ImageProcessorPil,
         LlavaNextImageProcessorPil,
         LlavaNextProcessor,
@@ -110,6 +114,11 @@ def build_processor(family: str, out: Path) -> Path:
             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
         processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
                                     tokenizer=tokenizer, image_seq_length=4)
+    elif family == "glm4v":  # the image processor and tokenizer alone: GLM-4.1V's processor needs torchvision
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+        tokenizer.add_special_tokens({"additional_special_tokens": GLM4V_TOKENS})
+        tokenizer.save_pretrained(out)
+        processor = Glm4vImageProcessorPil(size=GLM4V_PIXELS)
     elif family == "intern_vl":  # the image processor and tokenizer alone: InternVL's processor needs torchvision
         AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens=INTERN_VL_TOKENS).save_pretrained(out)
         processor = GotOcr2ImageProcessorPil(size={"height": 56, "width": 56})
@@ -125,10 +134,21 @@ def build_processor(family: str, out: Path) -> Path:
 def load_processor(family: str, folder: Path, settings: dict) -> object:
     """The processor as a plugin reads it; LLaMA-Factory's settings set as attributes, as its `patch_processor`
     does (tuneline's plugins take them as `MediaSettings` and ignore the attributes)."""
-    from transformers import AutoProcessor, AutoTokenizer, GotOcr2ImageProcessorPil, Qwen2VLImageProcessorPil
+    from transformers import (
+        AutoProcessor,
+        AutoTokenizer,
+        Glm4vImageProcessorPil,
+        GotOcr2ImageProcessorPil,
+        Qwen2VLImageProcessorPil,
+    )
 
     if family.startswith("qwen"):  # named: transformers 5.6's AutoImageProcessor refuses to load without torchvision
         image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
+        processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
+                                    tokenizer=AutoTokenizer.from_pretrained(folder),
+                                    model_input_names=["input_ids", "pixel_values", "image_grid_thw"])
+    elif family == "glm4v":
+        image_processor = Glm4vImageProcessorPil.from_pretrained(folder)
         processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
                                     tokenizer=AutoTokenizer.from_pretrained(folder),
                                     model_input_names=["input_ids", "pixel_values", "image_grid_thw"])

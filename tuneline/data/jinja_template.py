@@ -32,6 +32,7 @@ PROCESSOR_PLACEHOLDERS: dict[str, tuple[str | None, str | None]] = {
     "qwen2_vl": _QWEN_VISION,
     "qwen3_vl": _QWEN_VISION,
     "intern_vl": ("<IMG_CONTEXT>", "<video>"),
+    "glm4v": ("<|begin_of_image|><|image|><|end_of_image|>", None),
 }
 # the Template fields this generator reads; a new field set away from its default is reported, not silently dropped
 READ_FIELDS = {"name", "user", "assistant", "system", "function", "observation", "prefix", "default_system",

@@ -22,8 +22,6 @@ UNBUILT: dict[str, Unbuilt] = {
     "ernie_vl": Unbuilt("ERNIE-4.5-VL", IMAGES, None),
     "gemma3n": Unbuilt("Gemma 3n", "images and audio", "gemma"),
     "gemma4n": Unbuilt("Gemma 4n", "images and audio", "gemma4"),
-    "glm4v": Unbuilt("GLM-4.1V", VIDEOS, None),
-    "glm4_5v": Unbuilt("GLM-4.5V", VIDEOS, None),
     "glm_ocr": Unbuilt("GLM-OCR", IMAGES, "glm4"),
     "granite3_vision": Unbuilt("Granite 3 Vision", IMAGES, None),
     "keye_vl": Unbuilt("Keye-VL", VIDEOS, "qwen3"),

@@ -20,7 +20,7 @@ from typing import Any
 from tuneline.errors import UserError
 
 # processors whose image half suffices
-IMAGE_ONLY_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "internvl")
+IMAGE_ONLY_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "internvl", "glm4v", "glm4v_moe")
 # The model's processor files that neither the image processor nor the tokenizer writes, copied as they are.
 PROCESSOR_FILES = ("processor_config.json", "video_preprocessor_config.json", "chat_template.jinja",
                    "chat_template.json")

@@ -99,10 +99,12 @@ def video_template_problem(dataset: str, template: str) -> str | None:
     from tuneline.data.mm import get_mm_plugin
     from tuneline.data.mm.run_media import video_templates
 
-    if template not in TEMPLATES or get_mm_plugin(TEMPLATES[template].mm_plugin).video_token:
+    plugin = get_mm_plugin(TEMPLATES[template].mm_plugin) if template in TEMPLATES else None
+    if plugin is None or plugin.video_token:
         return None
-    return (f"dataset '{dataset}' has a 'videos' column, but 'template: {template}' reads no videos (LLaMA-Factory's "
-            f"plugin for it has no video token either); use a template whose model reads videos "
+    why = plugin.unencoded_videos or "reads no videos (LLaMA-Factory's plugin for it has no video token either)"
+    return (f"dataset '{dataset}' has a 'videos' column, but 'template: {template}' {why}; use a template whose model "
+            f"reads videos "
             f"({', '.join(video_templates())}), or remove 'videos' from the entry's columns in dataset_info.json")
 
 

@@ -118,3 +118,15 @@ def test_intern_vl_and_intern_s1_write_internlm_turns_as_llamafactory_does():
             system + 1:]
         assert repr(TEMPLATES[name].default_system) == turns[name][system] and TEMPLATES[name].mm_plugin == "intern_vl"
         assert name in VISION
+
+
+def test_glm4v_and_glm4_5v_write_glm_reasoning_turns_as_llamafactory_does():
+    """In LLaMA-Factory's registry GLM-4.1V's template is GLM-Z1's turns and GLM-4.5V's is GLM-4.5's, slot for slot,
+    each with `</answer>` as one more stop word; here the same built text templates with the GLM-4.1V plugin."""
+    turns = BENCH.read_snapshot()["text_turns"]
+    stop = 6  # the stop words' place in a snapshot's text turns
+    for name, text in (("glm4v", "glmz1"), ("glm4_5v", "glm4_moe")):
+        assert turns[name][:stop] + turns[name][stop + 1:] == turns[text][:stop] + turns[text][stop + 1:]
+        assert turns[name][stop] == repr(list(TEMPLATES[name].stop_words)) and name in VISION
+        assert TEMPLATES[name].replace(name=text, mm_plugin=None, stop_words=TEMPLATES[text].stop_words) == \
+            TEMPLATES[text]

@@ -43,6 +43,7 @@ class MMPlugin:
     pans_and_scans = False  # takes `image_do_pan_and_scan` (Gemma 3); other plugins refuse it
     crops_to_patches = False  # takes `crop_to_patches` (InternVL); other plugins refuse it
     videos_need_torchvision = True  # its videos go through a transformers video processor (all but InternVL's)
+    unencoded_videos = None  # why its videos are refused (a str), where LLaMA-Factory's plugin reads them
 
     def expand_messages(self, messages: list[dict], images: list = (), videos: list = (), processor: Any = None,
                         settings: MediaSettings = MediaSettings()) -> list[dict]:
@@ -215,8 +216,8 @@ class Qwen2VLPlugin(MMPlugin):
         without them."""
         inputs = super().batch_inputs(images, videos, batch_ids, processor, settings)
         if "mm_token_type_ids" in getattr(processor, "model_input_names", ()):
-            kinds = {processor.tokenizer.convert_tokens_to_ids(self.image_token): 1,
-                     processor.tokenizer.convert_tokens_to_ids(self.video_token): 2}
+            tokens = {self.image_token: 1, **({self.video_token: 2} if self.video_token else {})}
+            kinds = {processor.tokenizer.convert_tokens_to_ids(token): kind for token, kind in tokens.items()}
             inputs["mm_token_type_ids"] = [[kinds.get(token, 0) for token in ids] for ids in batch_ids]
         return inputs
 
@@ -350,6 +351,7 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
 # plugins kept in a family's own module (built on the classes above): plugin name -> module, whose PLUGINS holds it
 FAMILY_MODULES: dict[str, str] = {
     "intern_vl": "tuneline.data.mm.intern_vl",
+    "glm4v": "tuneline.data.mm.glm4v",
 }
 
 

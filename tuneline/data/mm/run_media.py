@@ -74,9 +74,10 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
                           "qwen3_vl_nothink)")
     plugin = get_mm_plugin(template.mm_plugin)
     if has_videos and plugin.video_token is None:
-        raise ConfigError(f"the dataset holds videos, but 'template: {template.name}' (multimodal plugin "
-                          f"'{plugin.name}', as in LLaMA-Factory) reads images only; use a template whose model reads "
-                          f"videos ({', '.join(video_templates())}), or leave the videos out")
+        why = (plugin.unencoded_videos or f"reads images only (multimodal plugin '{plugin.name}', as in "
+                                          "LLaMA-Factory)")
+        raise ConfigError(f"the dataset holds videos, but 'template: {template.name}' {why}; use a template whose "
+                          f"model reads videos ({', '.join(video_templates())}), or leave the videos out")
     if config.effective_packing:
         raise ConfigError("'packing' joins rows, which rows with images cannot be; set 'packing: false'")
     if has_videos and (problem := video_requirements_problem(plugin.videos_need_torchvision)):
