@@ -191,6 +191,7 @@ class Qwen2VLPlugin(MMPlugin):
     whole 28-pixel blocks within the processor's pixel range); a video, one per block of its frame pairs."""
 
     qwen_sizes = True
+    image_frame = (VISION_BOS, VISION_EOS)  # the words around an image's pads
 
     def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
         image_processor = processor.image_processor
@@ -198,7 +199,7 @@ class Qwen2VLPlugin(MMPlugin):
         for image in images:
             width, height = image_size(image, settings.image_max_pixels, settings.image_min_pixels, qwen=True)
             count = image_processor.get_number_of_image_patches(height, width) // image_processor.merge_size ** 2
-            texts.append(VISION_BOS + self.image_token * count + VISION_EOS)
+            texts.append(self.image_frame[0] + self.image_token * count + self.image_frame[1])
         return texts
 
     def video_texts(self, videos: list, processor: Any, settings: MediaSettings) -> list[str]:
