@@ -14,7 +14,7 @@ from tuneline.demo.tiny_vlm import VLM_PRESETS, build_tiny_vlm, qwen_image_proce
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data" / "mllm_demo_data" / "1.jpg"
-MODEL_TYPES = {"intern_vl": "internvl"}  # presets named after their template where the model type differs
+MODEL_TYPES = {"intern_vl": "internvl", "glm4_5v": "glm4v_moe"}  # presets named after their template where the model type differs
 IMAGE_TOKENS = {"intern_vl": "context_image_token"}  # the tokenizer attribute holding the image token, if not its own
 CHAT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in the picture?"}]},
         {"role": "assistant", "content": "A cat."}]

@@ -265,3 +265,46 @@ def test_intern_vl_trains_on_each_images_tiles(tiny_vlm, tmp_path, crop_to_patch
         seen = model(**inputs).loss
         blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
     assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+
+
+@pytest.mark.parametrize("preset", ["glm4v", "glm4_5v"])
+def test_glm4v_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm, tmp_path, preset):
+    """GLM-4.1V's processor needs torchvision (its video processor), its image half does not: each image is one
+    <|image|> per merged block of its grid between begin and end of image, marked in `mm_token_type_ids` for the
+    multimodal rotary positions; the pixels reach the forward (GLM-4.5V's mixture of experts too), and the run
+    trains and saves processor files that load."""
+    import torch
+    from transformers import AutoImageProcessor
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.sft import run
+
+    config = sft_config(tiny_vlm, tmp_path, preset)
+    ref = build_dataset(config)
+    tokenizer = load_tokenizer(config.model)
+    train = load_processed(ref)["train"]
+    media = dataset_media(config, tokenizer, [train])
+    text = tokenizer.decode(train[0]["input_ids"])
+    assert text.startswith("[gMASK]<sop><|user|>\n<|begin_of_image|><|image|>")
+    # an empty thought is trained on before the answer slot's newline, as LLaMA-Factory puts it
+    assert "<|end_of_image|>" in text and "<|assistant|><think>\n\n</think>\n\n\nThey" in text
+
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    image = tokenizer.convert_tokens_to_ids("<|image|>")
+    pads = int((batch["input_ids"] == image).sum())
+    assert pads == int(batch["image_grid_thw"].prod(-1).sum()) // 4 > 0
+    assert int((batch["mm_token_type_ids"] == 1).sum()) == pads and result["global_step"] == 2
+    out = tmp_path / "out"
+    for folder in (out, out / "checkpoint-2"):
+        assert AutoImageProcessor.from_pretrained(folder).merge_size == 2, folder
+
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
+    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
