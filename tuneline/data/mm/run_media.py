@@ -74,8 +74,7 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
                           "qwen3_vl_nothink)")
     plugin = get_mm_plugin(template.mm_plugin)
     if has_videos and plugin.video_token is None:
-        why = (plugin.unencoded_videos or f"reads images only (multimodal plugin '{plugin.name}', as in "
-                                          "LLaMA-Factory)")
+        why = plugin.unencoded_videos or f"(multimodal plugin '{plugin.name}', as in LLaMA-Factory) reads images only"
         raise ConfigError(f"the dataset holds videos, but 'template: {template.name}' {why}; use a template whose "
                           f"model reads videos ({', '.join(video_templates())}), or leave the videos out")
     if config.effective_packing:
