@@ -185,8 +185,10 @@ def answer_vision(config, tokenizer, template) -> tuple[AnswerVision | None, str
     from tuneline.model.processor import load_processor
 
     if template.mm_plugin is None:
+        from tuneline.data.template_catalog import VISION
+
         return None, (f"'template: {template.name}' reads text only; use the model's vision-language template "
-                      "(gemma3, llava, llava_next, qwen2_vl, qwen3_vl, qwen3_vl_nothink)")
+                      f"({', '.join(VISION)})")
     processor = load_processor(config, tokenizer)
     if processor is None:
         return None, f"'{config.model.model_name_or_path}' is a text-only model"

@@ -91,8 +91,10 @@ def test_the_images_change_what_the_model_computes(tiny_vlm, tmp_path):
 def test_image_rows_need_a_vision_template_and_model(tiny_vlm, tiny_model_dir, tmp_path):
     from tuneline.data import build_dataset
 
-    with pytest.raises(ConfigError, match="'template: chatml' reads text only"):
+    with pytest.raises(ConfigError, match="'template: chatml' reads text only; use the model's vision-language "
+                                          "template") as refused:
         build_dataset(sft_config(tiny_vlm, tmp_path, "gemma3", template="chatml"))
+    assert all(name in str(refused.value) for name in ("gemma3", "llava_next", "qwen3_vl", "intern_vl", "glm4v"))
     text_model = sft_config(tiny_vlm, tmp_path, "gemma3", model_name_or_path=str(tiny_model_dir))
     with pytest.raises(ConfigError, match="text-only model"):
         build_dataset(text_model)

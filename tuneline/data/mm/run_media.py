@@ -69,9 +69,10 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
         raise ConfigError(f"the dataset holds images or videos, which 'stage: {config.stage}' does not train on yet; "
                           f"stages with images: {', '.join(MEDIA_STAGES)}")
     if template.mm_plugin is None:
+        from tuneline.data.template_catalog import VISION
+
         raise ConfigError(f"the dataset holds images or videos, but 'template: {template.name}' reads text only; "
-                          "use the model's vision-language template (gemma3, llava, llava_next, qwen2_vl, qwen3_vl, "
-                          "qwen3_vl_nothink)")
+                          f"use the model's vision-language template ({', '.join(VISION)})")
     plugin = get_mm_plugin(template.mm_plugin)
     if has_videos and plugin.video_token is None:
         why = plugin.unencoded_videos or f"(multimodal plugin '{plugin.name}', as in LLaMA-Factory) reads images only"
