@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import MLLM_DATA, FirstBatch, vlm_config
+from tests.support.training import MLLM_DATA, MM_DATA, FirstBatch, vlm_config
 from tuneline.errors import ConfigError
 
 
@@ -268,6 +268,37 @@ def test_intern_vl_trains_on_each_images_tiles(tiny_vlm, tmp_path, crop_to_patch
         blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
     assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
 
+
+def test_intern_vl_trains_on_videos_without_torchvision(tiny_vlm, tmp_path):
+    """InternVL's frames go through its image processor, not a video processor: LLaMA-Factory's video demo trains
+    here, where torchvision does not load, each sampled frame a `FrameN: <img>...</img>` line of 4 context tokens
+    whose pixels reach the forward."""
+    import torch
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.sft import run
+
+    config = vlm_config(tiny_vlm, tmp_path, "intern_vl", dataset="mllm_video_demo", dataset_dir=str(MM_DATA),
+                        video_fps=1.0, video_maxlen=3)
+    ref = build_dataset(config)
+    tokenizer = load_tokenizer(config.model)
+    train = load_processed(ref)["train"]
+    assert [tokenizer.decode(row["input_ids"]).count("Frame") for row in train] == [3, 3, 3]
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    context = tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>")
+    batch = keeper.batch
+    assert batch["pixel_values"].shape == (2 * 3, 3, 32, 32) and int((batch["input_ids"] == context).sum()) == 24
+    assert result["global_step"] == 2
+
+    inputs = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0]])
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(tmp_path / "out"))
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the frames reach the forward"
 
 @pytest.mark.parametrize("preset", ["glm4v", "glm4_5v"])
 def test_glm4v_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm, tmp_path, preset):
