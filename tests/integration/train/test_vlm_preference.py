@@ -243,3 +243,30 @@ def test_an_edited_image_recomputes_the_reference_of_the_rows_that_name_it(tiny_
     assert second["computed_rows"] == len(naming) == 2  # of four rows, two show 1.jpg
     before, after = (load_processed(ref["path"])["train"]["ref_chosen_logps"] for ref in (first, second))
     assert [i for i in range(4) if before[i] != after[i]] == naming
+
+
+@pytest.mark.parametrize("stage", ["dpo", "rm"])
+def test_glm4v_pairs_carry_both_halves_grids_and_token_types(tiny_vlm, tmp_path, stage):
+    """GLM-4.1V's images are grids of merged patches, and its rotary positions need `mm_token_type_ids`: a pair's
+    batch holds both halves' grids and one token-type row per sequence of [chosen; rejected], and dpo (its reference
+    precomputed with the images) and rm (GLM-4.1V's sequence classifier) train on them."""
+    from tuneline.data import build_dataset
+    from tuneline.objectives.logps import MEDIA_INPUTS
+
+    config = pref_config(tiny_vlm, tmp_path, "glm4v", stage=stage)
+    ref = build_dataset(config)
+    if stage == "dpo":
+        from tuneline.reference import build_reference_logps
+        from tuneline.train.dpo import run
+
+        ref = build_reference_logps(config, ref)
+    else:
+        from tuneline.train.rm import run
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    media, rows = batch[MEDIA_INPUTS], batch["chosen_input_ids"].shape[0]
+    assert media["image_grid_thw"].shape[0] == 2 * rows  # one image a row, in each half
+    assert media["mm_token_type_ids"].shape == (2 * rows, batch["chosen_input_ids"].shape[1])
+    assert int(media["mm_token_type_ids"].sum()) == int(media["image_grid_thw"].prod(-1).sum()) // 4
+    assert result["global_step"] == 2
