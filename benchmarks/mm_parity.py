@@ -15,8 +15,12 @@ image ids and 4x without: transformers 5.6 has no MiniCPM-V 4.6 classes, so LLaM
 processor's outputs made here (benchmarks/minicpm_parity_processor.py says how); the pixel limits do not apply to it
 in either project, and each setting must give the same result.
 
-Qwen2-VL/Qwen3-VL processors need a video processor, which needs torchvision: both sides get the Qwen2-VL image
-processor and the tokenizer alone, in a plain object where the processor would be (the plugins only read attributes).
+Qwen2-VL/Qwen3-VL, GLM-4.1V and InternVL processors need a video processor, which needs torchvision: both sides get
+the image processor (Qwen2-VL's; GLM-4.1V's; GotOcr2's, 56-pixel tiles, for InternVL) and the tokenizer alone, in a plain object where the
+processor would be (the plugins only read attributes). InternVL is also compared with `crop_to_patches: true`
+(`intern_vl/crop_to_patches*`), where each demo image becomes a grid of tiles and a thumbnail, and on
+mllm_video_demo's videos (`intern_vl/videos*`: the frames sampled and resized, their expanded lines and their pixel
+values; InternVL sends frames through the image processor, so this runs without torchvision).
 PixtralProcessor needs torchvision too: both sides get its PIL image processor, the tokenizer and its settings so.
 `--snapshot` writes LLaMA-Factory's results (texts, ids, tensor summaries) to tests/fixtures/llamafactory/0.9.5/
 mm_parity.json.xz for tests/integration/data/test_mm_parity.py, which checks tuneline against it without LLaMA-Factory.
@@ -60,6 +64,7 @@ FAMILIES = {  # family -> LLaMA-Factory template whose plugin (and tokens) it us
     "pixtral": "pixtral", "paligemma": "paligemma",
     "minicpm_v_4_6": "minicpm_v_4_6", "minicpm_v_4_6_4x": "minicpm_v_4_6",  # 16x with image ids; 4x without
     "mllama": "mllama",
+    "intern_vl": "intern_vl", "glm4v": "glm4v",
 }
 # LLaVA-NeXT's any-resolution grids for 56-pixel tiles: wide, tall and square grids, so each demo image picks its own
 LLAVA_NEXT_GRIDS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
@@ -76,6 +81,23 @@ PROCESSOR_TOLERANCE = 1e-3  # transformers 5.24's and 5.6's Qwen2-VL PIL process
 QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 PIXTRAL = {"patch_size": 14, "spatial_merge_size": 1, "image_token": "[IMG]", "image_break_token": "[IMG_BREAK]",
            "image_end_token": "[IMG_END]"}  # PixtralProcessor's settings (processor_config.json)
+CROP_TO_PATCHES_SETTINGS = {  # intern_vl only: the key is InternVL's
+    "crop_to_patches": {**SETTINGS["defaults"], "crop_to_patches": True},
+    "crop_to_patches_shrink": {**SETTINGS["shrink"], "crop_to_patches": True},
+}
+VIDEO_SETTINGS = {  # intern_vl only: its frames go through the image processor, so videos run without torchvision
+    "videos": {**SETTINGS["defaults"], "video_fps": 2.0, "video_maxlen": 6, "video_max_pixels": 128 * 128,
+               "video_min_pixels": 16 * 16},
+    "videos_grow": {**SETTINGS["defaults"], "video_fps": 1.0, "video_maxlen": 3, "video_max_pixels": 256 * 256,
+                    "video_min_pixels": 100 * 100},
+}
+VIDEO_DEMO = FIXTURES / "llamafactory-mm"  # mllm_video_demo.json and its videos, as LLaMA-Factory ships them
+INTERN_VL_TOKENS = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+                    "video_token": "<video>"}
+INTERN_VL_SEQ_LENGTH = 4  # context tokens per 56-pixel tile
+GLM4V_TOKENS = ["<|begin_of_image|>", "<|end_of_image|>", "<|image|>", "<|begin_of_video|>", "<|end_of_video|>",
+                "<|video|>"]
+GLM4V_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 128}  # per pair of frames: an image counts twice
 
 
 def build_processor(family: str, out: Path) -> Path:
@@ -85,6 +107,8 @@ def build_processor(family: str, out: Path) -> Path:
         CLIPImageProcessorPil,
         Gemma3ImageProcessorPil,
         Gemma3Processor,
+        Glm4vImageProcessorPil,
+        GotOcr2ImageProcessorPil,
         LlavaNextImageProcessorPil,
         LlavaNextProcessor,
         LlavaProcessor,
@@ -131,6 +155,14 @@ def build_processor(family: str, out: Path) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens={"image_token": "<|image|>"})
         processor = MllamaProcessor(image_processor=MllamaImageProcessorPil(size={"height": 56, "width": 56},
                                                                             max_image_tiles=4), tokenizer=tokenizer)
+    elif family == "glm4v":  # the image processor and tokenizer alone: GLM-4.1V's processor needs torchvision
+        tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+        tokenizer.add_special_tokens({"additional_special_tokens": GLM4V_TOKENS})
+        tokenizer.save_pretrained(out)
+        processor = Glm4vImageProcessorPil(size=GLM4V_PIXELS)
+    elif family == "intern_vl":  # the image processor and tokenizer alone: InternVL's processor needs torchvision
+        AutoTokenizer.from_pretrained(TOKENIZER, extra_special_tokens=INTERN_VL_TOKENS).save_pretrained(out)
+        processor = GotOcr2ImageProcessorPil(size={"height": 56, "width": 56})
     else:  # the image processor and tokenizer alone: a Qwen-VL processor needs torchvision
         processor = AutoTokenizer.from_pretrained(TOKENIZER)
         processor.add_special_tokens({"additional_special_tokens": QWEN_TOKENS})
@@ -143,7 +175,14 @@ def build_processor(family: str, out: Path) -> Path:
 def load_processor(family: str, folder: Path, settings: dict) -> object:
     """The processor as a plugin reads it; LLaMA-Factory's settings set as attributes, as its `patch_processor`
     does (tuneline's plugins take them as `MediaSettings` and ignore the attributes)."""
-    from transformers import AutoProcessor, AutoTokenizer, PixtralImageProcessorPil, Qwen2VLImageProcessorPil
+    from transformers import (
+        AutoProcessor,
+        AutoTokenizer,
+        Glm4vImageProcessorPil,
+        GotOcr2ImageProcessorPil,
+        PixtralImageProcessorPil,
+        Qwen2VLImageProcessorPil,
+    )
 
     if family == "pixtral":  # its settings as attributes, as on PixtralProcessor
         processor = SimpleNamespace(image_processor=PixtralImageProcessorPil.from_pretrained(folder),
@@ -155,6 +194,15 @@ def load_processor(family: str, folder: Path, settings: dict) -> object:
         processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
                                     tokenizer=AutoTokenizer.from_pretrained(folder),
                                     model_input_names=["input_ids", "pixel_values", "image_grid_thw"])
+    elif family == "glm4v":
+        image_processor = Glm4vImageProcessorPil.from_pretrained(folder)
+        processor = SimpleNamespace(image_processor=image_processor, video_processor=image_processor,
+                                    tokenizer=AutoTokenizer.from_pretrained(folder),
+                                    model_input_names=["input_ids", "pixel_values", "image_grid_thw"])
+    elif family == "intern_vl":
+        processor = SimpleNamespace(image_processor=GotOcr2ImageProcessorPil.from_pretrained(folder),
+                                    tokenizer=AutoTokenizer.from_pretrained(folder),
+                                    image_seq_length=INTERN_VL_SEQ_LENGTH)
     else:
         processor = AutoProcessor.from_pretrained(folder)
     for key, value in settings.items():
@@ -178,7 +226,9 @@ def unread_fields(family: str) -> tuple[str, ...]:
 def jobs() -> list[tuple[str, str, dict]]:
     """(family, setting, LLaMA-Factory's processor attributes) for each plugin job."""
     plain = [(family, setting, values) for family in FAMILIES for setting, values in SETTINGS.items()]
-    return plain + [("gemma3", setting, values) for setting, values in PAN_AND_SCAN_SETTINGS.items()]
+    return (plain + [("gemma3", setting, values) for setting, values in PAN_AND_SCAN_SETTINGS.items()]
+            + [("intern_vl", setting, values) for setting, values in {**CROP_TO_PATCHES_SETTINGS,
+                                                                      **VIDEO_SETTINGS}.items()])
 
 
 def nest_crop_counts(processor) -> None:
@@ -196,9 +246,12 @@ def nest_crop_counts(processor) -> None:
     processor.image_processor.__class__ = NestedCropCounts
 
 
-def demo_rows() -> list[dict]:
-    rows = json.loads((DEMO / "mllm_demo.json").read_text())
-    return [{"messages": row["messages"], "images": [str(DEMO / image) for image in row["images"]]} for row in rows]
+def demo_rows(setting: str = "defaults") -> list[dict]:
+    """The rows a job runs on: mllm_demo's (images), or for a video setting mllm_video_demo's (videos)."""
+    demo, name = (VIDEO_DEMO, "mllm_video_demo") if setting in VIDEO_SETTINGS else (DEMO, "mllm_demo")
+    rows = json.loads((demo / f"{name}.json").read_text())
+    return [{"messages": row["messages"], "images": [str(demo / image) for image in row.get("images", [])],
+             "videos": [str(demo / video) for video in row.get("videos", [])]} for row in rows]
 
 
 def summarize(value) -> dict | list:
@@ -243,14 +296,19 @@ for family, setting, values in jobs():
     if values.get("image_do_pan_and_scan"):
         nest_crop_counts(processor)
     rows = []
-    for row in demo_rows():
-        messages = plugin.process_messages(row["messages"], row["images"], [], [], processor)
+    for row in demo_rows(setting):
+        images, videos = row["images"], row["videos"]
+        messages = plugin.process_messages(row["messages"], images, videos, [], processor)
         ids = encode_row(processor.tokenizer, messages)
-        ids, _ = plugin.process_token_ids(ids, None, row["images"], [], [], processor.tokenizer, processor)
-        inputs = plugin.get_mm_inputs(row["images"], [], [], [len(row["images"])], [0], [0], [ids], processor)
+        ids, _ = plugin.process_token_ids(ids, None, images, videos, [], processor.tokenizer, processor)
+        inputs = plugin.get_mm_inputs(images, videos, [], [len(images)], [len(videos)], [0], [ids], processor)
         inputs = {k: v for k, v in inputs.items() if k not in unread_fields(family)}
         limits = {k: v for k, v in values.items() if k.endswith("_pixels")}
-        regularized = plugin._regularize_images(row["images"], **limits)["images"]
+        regularized = plugin._regularize_images(images, **limits)["images"]
+        if videos:  # each frame as the plugin resized it
+            regularized += [frame for video in plugin._regularize_videos(
+                videos, image_max_pixels=values["video_max_pixels"], image_min_pixels=values["video_min_pixels"],
+                video_fps=values["video_fps"], video_maxlen=values["video_maxlen"])["videos"] for frame in video]
         rows.append({"texts": [m["content"] for m in messages], "ids": ids,
                      "images": [image_digest(image) for image in regularized],
                      "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
@@ -262,7 +320,7 @@ print(json.dumps(results))
 def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
     """tuneline's results, shaped like LLaMA-Factory's."""
     from tuneline.data.mm import MediaSettings, get_mm_plugin
-    from tuneline.data.mm.pixels import regularize_image
+    from tuneline.data.mm.pixels import regularize_image, sample_video
     from tuneline.data.template_catalog import TEMPLATES
 
     results = {}
@@ -270,13 +328,16 @@ def tuneline_side(folders: dict[str, Path]) -> dict[str, list[dict]]:
         plugin = get_mm_plugin(TEMPLATES[FAMILIES[family]].mm_plugin)
         processor, settings = load_processor(family, folders[family], {}), MediaSettings(**values)
         rows = []
-        for row in demo_rows():
-            messages = plugin.expand_messages(row["messages"], row["images"], [], processor, settings)
+        for row in demo_rows(setting):
+            images, videos = row["images"], row["videos"]
+            messages = plugin.expand_messages(row["messages"], images, videos, processor, settings)
             ids = encode_row(processor.tokenizer, messages)
-            ids, _ = plugin.add_media_ids(ids, None, row["images"], [], processor)
-            inputs = plugin.batch_inputs(row["images"], [], [ids], processor, settings)
+            ids, _ = plugin.add_media_ids(ids, None, images, videos, processor)
+            inputs = plugin.batch_inputs(images, videos, [ids], processor, settings)
             regularized = [regularize_image(image, settings.image_max_pixels, settings.image_min_pixels,
-                                            plugin.qwen_sizes) for image in row["images"]]
+                                            plugin.qwen_sizes) for image in images]
+            regularized += [regularize_image(frame, settings.video_max_pixels, settings.video_min_pixels)
+                            for video in videos for frame in sample_video(video, settings).frames]
             rows.append({"texts": [m["content"] for m in messages], "ids": ids,
                          "images": [image_digest(image) for image in regularized],
                          "inputs": {k: summarize(v) for k, v in sorted(inputs.items())}})
@@ -492,7 +553,7 @@ def main() -> None:
                           f"(the processor's own resize differs between the two transformers versions)")
         identical += difference is None
         print(f"{job}: {difference or 'identical'} ({len(rows)} rows)")
-    print(f"{identical} of {len(theirs)} jobs identical on mllm_demo, {close} more identical up to "
+    print(f"{identical} of {len(theirs)} jobs identical on mllm_demo and mllm_video_demo, {close} more identical up to "
           "the image processor's transformers version")
     if args.snapshot:
         write_snapshot(SNAPSHOT, theirs)

@@ -101,6 +101,8 @@ CONTEXTS: dict[str, dict[str, Any]] = {
     **dict.fromkeys(["media_dir", "image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels",
                      "video_fps", "video_maxlen", "image_do_pan_and_scan"], {"dataset": "mllm_demo", "dataset_dir": "<media_data>",
                                                     "model_name_or_path": "<vlm>", "template": "gemma3"}),
+    "crop_to_patches": {"dataset": "mllm_demo", "dataset_dir": "<media_data>", "model_name_or_path": "<intern_vl>",
+                        "template": "intern_vl"},
     "optim_args": {"optim": "sgd"},
     "optim_target_modules": {"optim": "galore_adamw"},
     **dict.fromkeys(["dataloader_persistent_workers", "dataloader_prefetch_factor"], {"dataloader_num_workers": 1}),
@@ -547,7 +549,9 @@ def world(tiny_model_dir, tmp_path_factory):
     (tmp / "zero2.json").write_text(json.dumps({"zero_optimization": {"stage": 2}}))
     (tmp / "tokens.yaml").write_text("<|svg_start|>: the beginning of a picture\n")
     vlm = build_tiny_vlm(tmp / "vlm", "gemma3")  # image rows need a vision-language model
-    places = {"<model2>": str(other), "<model>": str(tiny_model_dir), "<vlm>": str(vlm), "<adapter>": str(tmp / "adapter"),
+    intern_vl = build_tiny_vlm(tmp / "intern_vl", "intern_vl")  # crop_to_patches tiles InternVL's images
+    places = {"<model2>": str(other), "<model>": str(tiny_model_dir), "<vlm>": str(vlm), "<intern_vl>": str(intern_vl),
+              "<adapter>": str(tmp / "adapter"),
               "<data2>": str(tmp / "data2"), "<media_data>": str(tmp / "media_data"), "<media2>": str(tmp / "media2"),
               "<rm_config>": str(tmp / "rm.yaml"), "<rewards>": str(tmp / "rewards.py"),
               "<accelerate>": str(tmp / "accelerate.yaml"), "<zero2>": str(tmp / "zero2.json"),

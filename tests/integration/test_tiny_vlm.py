@@ -14,6 +14,8 @@ from tuneline.demo.tiny_vlm import VLM_PRESETS, build_tiny_vlm, qwen_image_proce
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data" / "mllm_demo_data" / "1.jpg"
+MODEL_TYPES = {"intern_vl": "internvl", "glm4_5v": "glm4v_moe"}  # presets named after their template where the model type differs
+IMAGE_TOKENS = {"intern_vl": "context_image_token"}  # the tokenizer attribute holding the image token, if not its own
 CHAT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in the picture?"}]},
         {"role": "assistant", "content": "A cat."}]
 MODEL_TYPES = {"minicpm_v_4_6": "minicpmv4_6"}  # presets named by their template where the model type differs
@@ -67,7 +69,8 @@ def test_each_preset_is_a_few_hundred_kb_with_ids_that_match_its_tokenizer(built
     assert all(tokenizer.convert_tokens_to_ids(t) != tokenizer.unk_token_id for t in family.tokens)
     assert len(tokenizer) <= config.get_text_config().vocab_size
     assert tokenizer.convert_ids_to_tokens(getattr(config, "image_token_id", None)
-                                           or config.image_token_index) == family.named["image_token"]
+                                           or config.image_token_index) == family.named[IMAGE_TOKENS.get(
+                                               preset, "image_token")]
     assert tokenizer.eos_token == family.eos_token == tokenizer.convert_ids_to_tokens(config.get_text_config()
                                                                                         .eos_token_id)
 
@@ -132,6 +135,26 @@ def test_minicpm_model_runs_on_the_slices_its_plugin_counts(built, image):
     inputs = {**tokenizer(text.replace("<|image_pad|>", expanded[0]["content"]), return_tensors="pt"), **pixels}
     pads = int((inputs["input_ids"] == model.config.image_token_id).sum())
     assert pads == int(pixels["target_sizes"].prod(-1).sum()) // 16 == 21
+    assert 0 < forward_loss(model, inputs) < 20
+
+
+def test_intern_vl_model_runs_on_its_image_processors_tiles(built, image):
+    """InternVL's processor needs torchvision (its video processor); its image half, its saved settings and the
+    template run here: the image processor's tiles of a wide image, 4 context tokens each, through a forward."""
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
+
+    folder = built("intern_vl")
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForImageTextToText.from_pretrained(folder)
+    saved = json.loads((folder / "processor_config.json").read_text())
+    assert saved["processor_class"] == "InternVLProcessor" and saved["image_seq_length"] == 4
+    pixels = AutoImageProcessor.from_pretrained(folder)(images=[image], crop_to_patches=True, return_tensors="pt")
+    tiles = int(pixels["num_patches"][0])
+    assert tiles > 1 and tuple(pixels["pixel_values"].shape) == (tiles, 3, 32, 32)
+    text = tokenizer.apply_chat_template(CHAT, tokenize=False)
+    assert text.startswith("<|bos|><|im_start|>user\n<IMG_CONTEXT>What is in the picture?<|im_end|>")
+    expanded = text.replace("<IMG_CONTEXT>", "<img>" + "<IMG_CONTEXT>" * 4 * tiles + "</img>")
+    inputs = {**tokenizer(expanded, return_tensors="pt", add_special_tokens=False),
+              "pixel_values": pixels["pixel_values"]}
     assert 0 < forward_loss(model, inputs) < 20
 
 

@@ -39,6 +39,12 @@ MINICPM_TOKENS = ("image_token", "image_start_token", "image_end_token", "slice_
                   "image_id_start_token", "image_id_end_token")
 PROMPTS["mllama"] = ("<|bos|><|start_header_id|>user<|end_header_id|>\n\n<|image|>{}<|eot_id|>"
                      "<|start_header_id|>assistant<|end_header_id|>\n\n")
+# Families whose processor needs torchvision (its video half): the prompt holds the image's tokens as transformers'
+# own processor method writes them from the image processor's output (`image_half_answer`)
+PROMPTS["intern_vl"] = ("<|bos|><|im_start|>system\n你是书生·万象，英文名是InternVL，是由上海人工智能实验室、清华大学及"
+                        "多家合作单位联合开发的多模态大语言模型。<|im_end|>\n<|im_start|>user\n{image}{question}<|im_end|>\n"
+                        "<|im_start|>assistant\n")
+PROMPTS["glm4v"] = "[gMASK]<sop><|user|>\n<|begin_of_image|>{image}<|end_of_image|>{question}<|assistant|>"
 
 
 def noise_image(folder, seed: int):
@@ -104,3 +110,42 @@ def minicpm_processor_answer(model_dir, image_path, question: str = QUESTION, ma
         out = model.generate(**inputs, pixel_values=pixels["pixel_values"], target_sizes=pixels["target_sizes"],
                              do_sample=False, max_new_tokens=max_new_tokens)
     return tokenizer.decode(out[0, inputs["input_ids"].shape[1]:].tolist(), skip_special_tokens=True).strip()
+
+
+def image_half_answer(model_dir, preset: str, image_path, question: str = QUESTION, max_new_tokens: int = 6) -> str:
+    """As `processor_answer` for InternVL and GLM-4.1V, whose processors cannot be built without torchvision: the
+    image processor's pixels, the image's tokens written by the processor class's own `replace_image_token` on them,
+    greedy `generate` of the model as transformers loads it (GLM-4.1V's image tokens marked for its rotary
+    positions, as its processor marks them): no tuneline."""
+    import json
+    from types import SimpleNamespace
+
+    import torch
+    from PIL import Image
+    from transformers import (
+        AutoImageProcessor,
+        AutoModelForImageTextToText,
+        AutoTokenizer,
+        Glm4vProcessor,
+        InternVLProcessor,
+    )
+
+    tokenizer, image_processor = AutoTokenizer.from_pretrained(model_dir), AutoImageProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    pixels = image_processor(images=[Image.open(image_path).convert("RGB")], return_tensors="pt")
+    if preset == "intern_vl":
+        settings = json.loads((model_dir / "processor_config.json").read_text())
+        own = SimpleNamespace(start_image_token="<img>", end_image_token="</img>", image_token="<IMG_CONTEXT>",
+                              image_seq_length=settings["image_seq_length"])
+        image, inputs = InternVLProcessor.replace_image_token(own, pixels, 0), {"pixel_values": pixels["pixel_values"]}
+    else:
+        own = SimpleNamespace(image_processor=image_processor, image_token="<|image|>")
+        image, inputs = Glm4vProcessor.replace_image_token(own, pixels, 0), dict(pixels)
+    ids = tokenizer(PROMPTS[preset].format(image=image, question=question), return_tensors="pt",
+                    add_special_tokens=False)
+    inputs.update(ids)
+    if preset != "intern_vl":
+        inputs["mm_token_type_ids"] = (ids["input_ids"] == tokenizer.convert_tokens_to_ids("<|image|>")).long()
+    with torch.no_grad():
+        out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
+    return tokenizer.decode(out[0, ids["input_ids"].shape[1]:].tolist(), skip_special_tokens=True).strip()

@@ -55,6 +55,9 @@ class ModelArgs:
     image_do_pan_and_scan: bool = arg(
         False, "Gemma 3 (template gemma3) only: a wide or tall image also goes in as 2 to 4 crops after the whole "
                "image, each its own run of image tokens (LLaMA-Factory's pan and scan).")
+    crop_to_patches: bool = arg(
+        False, "InternVL (templates intern_vl, intern_s1) only: an image goes in as the grid of 1 to 12 tiles nearest "
+               "its shape plus a thumbnail, each tile its own run of image tokens; off: one tile.")
     # --- how to compute
     attn_implementation: str = arg(
         "sdpa", "Attention kernel. sft training batches go padding-free wherever it can keep their examples apart "

@@ -163,7 +163,6 @@ UNSUPPORTED_KEYS: dict[str, object] = {
     "rope_scaling": None,
     "infer_backend": "huggingface",
     "print_param_status": False,
-    "crop_to_patches": False,
     "use_audio_in_video": False,
     "upcast_layernorm": False,
     "upcast_lmhead_output": False,

@@ -34,6 +34,8 @@ PROCESSOR_PLACEHOLDERS: dict[str, tuple[str | None, str | None]] = {
     "pixtral": ("[IMG]", None),
     "minicpm_v_4_6": ("<|image_pad|>", None),
     "mllama": ("<|image|>", None),
+    "intern_vl": ("<IMG_CONTEXT>", "<video>"),
+    "glm4v": ("<|begin_of_image|><|image|><|end_of_image|>", None),
 }
 # plugins whose images the model's processor places outside the text, and where: no chat template writes them there
 PROCESSOR_PLACED = {"paligemma": "PaliGemma's processor puts the image tokens, then its own beginning of sequence, "

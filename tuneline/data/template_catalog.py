@@ -291,6 +291,17 @@ TEMPLATES["paligemma_chat"] = Template("paligemma_chat", **dict(_GEMMA, system=N
 # Llama 3.2 Vision: Llama 3's turns; each image one <|image|> token, read through cross-attention
 TEMPLATES["mllama"] = dataclasses.replace(TEMPLATES["llama3"], name="mllama", mm_plugin="mllama")
 
+# InternVL and Intern-S1: InternLM's ChatML turns (after the bos token) around the tiling image plugin
+_INTERNVL_SYSTEM = ("你是书生·万象，英文名是InternVL，是由上海人工智能实验室、清华大学及"
+                    "多家合作单位联合开发的多模态大语言模型。")
+TEMPLATES["intern_vl"] = TEMPLATES["intern2"].replace(name="intern_vl", mm_plugin="intern_vl",
+                                                      default_system=_INTERNVL_SYSTEM)
+TEMPLATES["intern_s1"] = TEMPLATES["intern_vl"].replace(name="intern_s1", default_system="")
+# GLM-4.1V and GLM-4.5V: GLM-Z1's and GLM-4.5's reasoning turns, "</answer>" stopping too, around the GLM-4.1V plugin
+TEMPLATES.update({name: TEMPLATES[text].replace(name=name, mm_plugin="glm4v",
+                                                stop_words=(*TEMPLATES[text].stop_words, "</answer>"))
+                  for name, text in (("glm4v", "glmz1"), ("glm4_5v", "glm4_moe"))})
+
 AUTO = ("auto", None, "")
 VISION = sorted(name for name, template in TEMPLATES.items() if template.mm_plugin)
 

@@ -1,5 +1,5 @@
 """Offline tiny vision-language models: `tuneline tiny-model --preset gemma3 OUT_DIR` (or llava, llava_next, qwen2_vl,
-qwen3_vl, pixtral, paligemma, minicpm_v_4_6, mllama).
+qwen3_vl, pixtral, paligemma, minicpm_v_4_6, mllama, intern_vl, glm4v, glm4_5v).
 
 Random weights: a 2-layer text model of width 64 and a 1-layer vision tower on 32-pixel images, so a CPU training step
 stays far under a second; the tiny BPE tokenizer with the family's special tokens; the family's processor files, so
@@ -17,6 +17,22 @@ from functools import partial
 from pathlib import Path
 
 from tuneline.demo import tiny_paligemma, tiny_pixtral
+from tuneline.demo.tiny_glm4v import (
+    GLM4V_EOS,
+    GLM4V_IMAGE,
+    GLM4V_NAMED,
+    GLM4V_TOKENS,
+    GLM4V_TURN,
+    glm4v_config,
+    save_glm4v_processor,
+)
+from tuneline.demo.tiny_intern_vl import (
+    CHAT_IMAGE,
+    CHAT_VIDEO,
+    INTERN_VL_NAMED,
+    intern_vl_config,
+    save_intern_vl_processor,
+)
 from tuneline.demo.tiny_minicpm import NAMED as MINICPM_NAMED
 from tuneline.demo.tiny_minicpm import minicpm_v_4_6_config, save_minicpm_v_4_6_processor
 from tuneline.demo.tiny_mllama import (
@@ -274,7 +290,24 @@ VLM_PRESETS: dict[str, VisionFamily] = {
         lambda tokenizer: mllama_config(tokenizer, _text_config(tokenizer)), save_mllama_processor,
         chat_template(MLLAMA_TURN, MLLAMA_END, MLLAMA_IMAGE, bos=True, between="''"), tokens=MLLAMA_TOKENS,
         named=MLLAMA_NAMED, eos_token=MLLAMA_EOS, prepare=see_through_gates),
+    # ChatML after the bos token; 32-pixel tiles of 4 context tokens
+    "intern_vl": VisionFamily(
+        lambda tokenizer: intern_vl_config(tokenizer, _text_config(tokenizer), {**VISION_SIZES, "patch_size": PATCH_SIZE,
+                                                                                "image_size": IMAGE_SIZE}),
+        lambda tokenizer, folder: save_intern_vl_processor(tokenizer, folder, IMAGE_SIZE, PATCH_SIZE),
+        chat_template(CHATML_OPEN, CHATML_END, CHAT_IMAGE, CHAT_VIDEO, bos=True),
+        tokens=tuple(INTERN_VL_NAMED.values()), named=INTERN_VL_NAMED),
 }
+# GLM-4's turns; an image counts as two frames, so twice Qwen's pixel range gives the same 2 x 2 to 4 x 4 tokens
+GLM4V_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "image_size": IMAGE_SIZE,
+                "out_hidden_size": TEXT_SIZES["hidden_size"], **QWEN_PATCHES}
+VLM_PRESETS.update({name: VisionFamily(
+    lambda tokenizer, experts=experts: glm4v_config(tokenizer, _text_config(tokenizer, head_dim=16), GLM4V_VISION,
+                                                    experts),
+    lambda tokenizer, folder: save_glm4v_processor(tokenizer, folder, PATCH_SIZE,
+                                                   {key: 2 * value for key, value in QWEN_PIXELS.items()}),
+    chat_template(GLM4V_TURN, "''", GLM4V_IMAGE), tokens=GLM4V_TOKENS, named=GLM4V_NAMED, eos_token=GLM4V_EOS)
+    for name, experts in (("glm4v", False), ("glm4_5v", True))})
 
 
 def see_images(model) -> None:

@@ -40,6 +40,7 @@ COMPOSITE_MODELS: dict[str, CompositeParts] = {
     "qwen2_vl": _QWEN,
     "qwen2_5_vl": _QWEN,
     "glm4v": _QWEN,
+    "glm4v_moe": _QWEN,
     "qwen3_vl": _QWEN3,
     "qwen3_vl_moe": _QWEN3,
     "minicpmv4_6": CompositeParts(projector=("model.merger",), vision_tower=("model.vision_tower",),

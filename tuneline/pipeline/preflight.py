@@ -80,6 +80,7 @@ def hub_media_problems(config: RunConfig) -> list[str]:
     """Hub entries with images or videos whose local copy is missing (LLaMA-Factory's `rlhf_v`), and entries with
     videos for a template that reads none, said before the flow starts (before the build decodes every video);
     every other entry problem is the build step's to report."""
+    from tuneline.data.mm import get_mm_plugin
     from tuneline.data.mm.requirements import video_requirements_problem
     from tuneline.data.registry import parse_entry, read_info, remote_media_problem
 
@@ -92,7 +93,9 @@ def hub_media_problems(config: RunConfig) -> list[str]:
     problems = [problem for attr in attrs if (problem := remote_media_problem(attr, config.data.dataset_dir))]
     problems += [problem for attr in attrs
                  if attr.videos and (problem := video_template_problem(attr.name, config.data.template))]
-    if any(attr.videos for attr in attrs) and (problem := video_requirements_problem()):
+    template = TEMPLATES.get(config.data.template or "")
+    needs_torchvision = template is None or get_mm_plugin(template.mm_plugin).videos_need_torchvision
+    if any(attr.videos for attr in attrs) and (problem := video_requirements_problem(needs_torchvision)):
         problems.append(problem)
     return problems
 
@@ -103,10 +106,12 @@ def video_template_problem(dataset: str, template: str) -> str | None:
     from tuneline.data.mm import get_mm_plugin
     from tuneline.data.mm.run_media import video_templates
 
-    if template not in TEMPLATES or get_mm_plugin(TEMPLATES[template].mm_plugin).video_token:
+    plugin = get_mm_plugin(TEMPLATES[template].mm_plugin) if template in TEMPLATES else None
+    if plugin is None or plugin.video_token:
         return None
-    return (f"dataset '{dataset}' has a 'videos' column, but 'template: {template}' reads no videos (LLaMA-Factory's "
-            f"plugin for it has no video token either); use a template whose model reads videos "
+    why = plugin.unencoded_videos or "reads no videos (LLaMA-Factory's plugin for it has no video token either)"
+    return (f"dataset '{dataset}' has a 'videos' column, but 'template: {template}' {why}; use a template whose model "
+            f"reads videos "
             f"({', '.join(video_templates())}), or remove 'videos' from the entry's columns in dataset_info.json")
 
 
@@ -124,6 +129,9 @@ def template_problems(config: RunConfig) -> list[str]:
     if config.model.image_do_pan_and_scan and (data.template in AUTO or data.template in TEMPLATES):
         problems.append(pan_and_scan_problem(TEMPLATES[data.template].mm_plugin if data.template in TEMPLATES
                                              else None))
+    if config.model.crop_to_patches and (data.template in AUTO or data.template in TEMPLATES):
+        problems.append(crop_to_patches_problem(TEMPLATES[data.template].mm_plugin if data.template in TEMPLATES
+                                                else None))
     if data.tool_date and not _is_tool_date(data.tool_date):
         problems.append(f"'tool_date: {data.tool_date}' is not a date as llama3's tool prompt writes it; "
                         "use day, month abbreviation and year, e.g. '26 Jul 2024'")
@@ -136,6 +144,14 @@ def pan_and_scan_problem(plugin_name: str | None) -> str | None:
     from tuneline.data.mm.run_media import pan_and_scan_refusal
 
     return None if get_mm_plugin(plugin_name).pans_and_scans else pan_and_scan_refusal(plugin_name)
+
+
+def crop_to_patches_problem(plugin_name: str | None) -> str | None:
+    """Tiling is InternVL's: LLaMA-Factory ignores the key under other templates, tuneline refuses it."""
+    from tuneline.data.mm.plugins import get_mm_plugin
+    from tuneline.data.mm.run_media import crop_to_patches_refusal
+
+    return None if get_mm_plugin(plugin_name).crops_to_patches else crop_to_patches_refusal(plugin_name)
 
 
 def _is_tool_date(text: str) -> bool:

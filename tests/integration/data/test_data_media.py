@@ -328,7 +328,8 @@ def test_videos_on_a_model_that_reads_images_only_are_refused_before_encoding(me
     config = make_config(dataset="mllm_video_demo", model_name_or_path=str(tiny_vlm(preset)), template=preset)
     with pytest.raises(ConfigError, match=f"the dataset holds videos, but 'template: {preset}' \\(multimodal plugin "
                                           f"'{preset}', as in LLaMA-Factory\\) reads images only; use a template whose "
-                                          "model reads videos \\(qwen2_vl, qwen3_vl, qwen3_vl_nothink\\), or leave the "
+                                          "model reads videos \\(intern_s1, intern_vl, qwen2_vl, qwen3_vl, "
+                                          "qwen3_vl_nothink\\), or leave the "
                                           "videos out"):
         build_dataset(config)
 
@@ -339,7 +340,7 @@ def test_tuneline_validate_refuses_a_video_dataset_for_a_template_without_videos
     from cli.main import run
 
     config = tmp_path / "video.yaml"
-    for template, code in (("llava", 2), ("gemma3", 2), ("qwen2_vl", None)):
+    for template, code in (("llava", 2), ("gemma3", 2), ("qwen2_vl", None), ("intern_vl", 0)):
         config.write_text(f"model_name_or_path: {tiny_vlm('llava')}\ndataset: mllm_demo,mllm_video_demo\n"
                           f"dataset_dir: {media_data_dir}\ntemplate: {template}\noutput_dir: {tmp_path / 'out'}\n")
         done, err = run(["validate", str(config)]), capsys.readouterr().err
@@ -347,11 +348,13 @@ def test_tuneline_validate_refuses_a_video_dataset_for_a_template_without_videos
         if code:
             assert done == code and "Traceback" not in err
             assert (f"{problem}{template}' reads no videos (LLaMA-Factory's plugin for it has no video token either); "
-                    "use a template whose model reads videos (qwen2_vl, qwen3_vl, qwen3_vl_nothink), or remove 'videos' "
+                    "use a template whose model reads videos (intern_s1, intern_vl, qwen2_vl, qwen3_vl, qwen3_vl_nothink), "
+                    "or remove 'videos' "
                     "from the entry's columns in dataset_info.json") in err, err
             assert "'mllm_demo'" not in err, "an entry without videos is fine"
-        else:  # reads videos (where torchvision does not load, refused for that instead)
-            assert problem not in err and "PyAV" not in err
+        else:  # reads videos (where torchvision does not load, refused for that instead: not InternVL, whose frames
+            assert problem not in err and "PyAV" not in err  # go through its image processor)
+            assert code is None or (done == 0 and "torchvision" not in err), err
     monkeypatch.setitem(sys.modules, "av", None)  # `import av` fails, as where PyAV is not installed
     without_av = tmp_path / "video-without-av.yaml"  # a new file: checks are memoised per file content
     without_av.write_text(config.read_text())

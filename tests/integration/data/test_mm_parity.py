@@ -38,7 +38,7 @@ def snapshot() -> dict:
 @pytest.mark.parametrize("job", [f"{family}/{setting}" for family, setting, _ in BENCH.jobs()])
 def test_plugin_matches_llamafactory_snapshot(results, job):
     theirs = snapshot()[job]
-    assert len(theirs) == 6
+    assert len(theirs) == len(BENCH.demo_rows(job.split("/")[1])) >= 3
     assert BENCH.first_difference(results[job], theirs, BENCH.PROCESSOR_TOLERANCE) is None
 
 

@@ -116,3 +116,27 @@ def test_a_multimodal_template_not_built_is_refused_by_validate(tmp_path, tiny_m
     out = _validate(tmp_path, tiny_model_dir, "qwen2_audio")
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "template 'qwen2_audio' is LLaMA-Factory's template for Qwen2-Audio (audio)" in out.stderr
+
+
+def test_intern_vl_and_intern_s1_write_internlm_turns_as_llamafactory_does():
+    """In LLaMA-Factory's registry both are intern2's turns slot for slot, InternVL with its own default system
+    prompt and Intern-S1 with none; here both are intern2 with the InternVL plugin."""
+    turns = BENCH.read_snapshot()["text_turns"]
+    system = 5  # the default system prompt's place in a snapshot's text turns
+    for name in ("intern_vl", "intern_s1"):
+        assert turns[name][:system] + turns[name][system + 1:] == turns["intern2"][:system] + turns["intern2"][
+            system + 1:]
+        assert repr(TEMPLATES[name].default_system) == turns[name][system] and TEMPLATES[name].mm_plugin == "intern_vl"
+        assert name in VISION
+
+
+def test_glm4v_and_glm4_5v_write_glm_reasoning_turns_as_llamafactory_does():
+    """In LLaMA-Factory's registry GLM-4.1V's template is GLM-Z1's turns and GLM-4.5V's is GLM-4.5's, slot for slot,
+    each with `</answer>` as one more stop word; here the same built text templates with the GLM-4.1V plugin."""
+    turns = BENCH.read_snapshot()["text_turns"]
+    stop = 6  # the stop words' place in a snapshot's text turns
+    for name, text in (("glm4v", "glmz1"), ("glm4_5v", "glm4_moe")):
+        assert turns[name][:stop] + turns[name][stop + 1:] == turns[text][:stop] + turns[text][stop + 1:]
+        assert turns[name][stop] == repr(list(TEMPLATES[name].stop_words)) and name in VISION
+        assert TEMPLATES[name].replace(name=text, mm_plugin=None, stop_words=TEMPLATES[text].stop_words) == \
+            TEMPLATES[text]

@@ -10,9 +10,11 @@ from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.model.vision import COMPOSITE_MODELS, in_part
 
-PRESETS = ["gemma3", "llava", "minicpm_v_4_6", "mllama", "paligemma", "pixtral", "qwen2_vl", "qwen3_vl"]
-# presets whose model type differs from their template's name (pixtral: LLaVA with a Pixtral tower)
-MODEL_TYPES = {"pixtral": "llava", "minicpm_v_4_6": "minicpmv4_6"}
+# presets whose every parameter lies in a part the keys name (GLM-4.1V's tower has parts LLaMA-Factory's keys leave out)
+PARTED = ["gemma3", "llava", "minicpm_v_4_6", "mllama", "paligemma", "pixtral", "qwen2_vl", "qwen3_vl", "intern_vl"]
+PRESETS = [*PARTED, "glm4v", "glm4_5v"]
+# presets named after their template where the model type differs (pixtral: LLaVA with a Pixtral tower)
+MODEL_TYPES = {"pixtral": "llava", "minicpm_v_4_6": "minicpmv4_6", "intern_vl": "internvl", "glm4_5v": "glm4v_moe"}
 UNFROZEN = {"freeze_vision_tower": False, "freeze_multi_modal_projector": False}
 
 
@@ -41,7 +43,7 @@ def parts_trained(model, preset: str) -> set[str]:
     return {part_of(name, preset) for name in trainable(model)}
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", PARTED)
 def test_every_parameter_lies_in_a_known_part(tiny_vlm, preset):
     from transformers import AutoModelForImageTextToText
 
@@ -50,7 +52,7 @@ def test_every_parameter_lies_in_a_known_part(tiny_vlm, preset):
     assert {part_of(n, preset) for n, _ in model.named_parameters()} == {"vision", "projector", "language"}
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", PARTED)
 def test_full_trains_the_language_model_only_by_default_and_every_part_unfrozen(tiny_vlm, tmp_path, preset):
     model = loaded(tiny_vlm, tmp_path, preset, finetuning_type="full")
     assert type(model).__name__.endswith("ForConditionalGeneration")
@@ -169,3 +171,20 @@ def test_llava_next_newline_embedding_trains_with_full_tuning_as_in_llamafactory
     model = loaded(tiny_vlm, tmp_path, "llava_next", finetuning_type="full", **UNFROZEN)
     assert all(p.requires_grad for p in model.parameters())
     assert parts_trained(loaded(tiny_vlm, tmp_path, "llava_next"), "llava_next") == {"language"}
+
+
+@pytest.mark.parametrize("preset", ["glm4v", "glm4_5v"])
+def test_glm4v_tower_parts_outside_patch_embed_and_blocks_train_with_full_tuning_as_in_llamafactory(tiny_vlm, tmp_path,
+                                                                                                  preset):
+    """LLaMA-Factory's GLM-4.1V and GLM-4.5V parts are Qwen2-VL's: the tower is `visual.patch_embed` and
+    `visual.blocks`, so its position embedding, its norms and its downsampling convolution lie in none of the parts the
+    freeze_* keys name, and full tuning trains them whatever they say; LoRA and freeze tuning leave them alone."""
+    from transformers import AutoModelForImageTextToText
+
+    names = [n for n, _ in AutoModelForImageTextToText.from_pretrained(tiny_vlm(preset)).named_parameters()]
+    outside = {n for n in names if part_of(n, preset) == "other"}
+    assert {n.split(".")[2] for n in outside} == {"embeddings", "post_conv_layernorm", "downsample", "post_layernorm"}
+    model = loaded(tiny_vlm, tmp_path, preset, finetuning_type="full")
+    assert trainable(model) == outside | {n for n in names if part_of(n, preset) == "language"}
+    model = loaded(tiny_vlm, tmp_path, preset, finetuning_type="full", **UNFROZEN)
+    assert all(p.requires_grad for p in model.parameters())

@@ -21,7 +21,7 @@ def pref_config(tiny_vlm, tmp_path, preset: str, **keys):
                                                      "val_size": 1, "pref_beta": 0.1, **keys})
 
 
-IMAGE_TOKENS = {"gemma3": "<image_soft_token>", "pixtral": "[IMG]"}  # the others': the processor's image_token
+IMAGE_TOKENS = {"gemma3": "<image_soft_token>", "pixtral": "[IMG]", "intern_vl": "<IMG_CONTEXT>"}  # the others': the processor's image_token
 
 
 def image_token_id(config, preset: str) -> int:
@@ -47,7 +47,7 @@ def blanked(dataset):
     return dataset.map(blank)
 
 
-@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next", "pixtral", "paligemma"])
+@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next", "pixtral", "paligemma", "intern_vl"])
 def test_dpo_trains_on_the_images_with_a_reference_precomputed_from_them(tiny_vlm, tmp_path, preset):
     import math
     import shutil
@@ -161,7 +161,7 @@ def test_kto_trains_on_the_images_of_its_own_and_its_mismatched_completions(tiny
     assert all(math.isfinite(v) for k, v in result["metrics"].items() if k.endswith("loss"))
 
 
-@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next", "pixtral", "paligemma"])
+@pytest.mark.parametrize("preset", ["gemma3", "llava", "llava_next", "pixtral", "paligemma", "intern_vl"])
 def test_rm_scores_each_pair_with_its_images_and_exports_a_scorer_that_reloads(tiny_vlm, tmp_path, preset):
     """The reward model is the family's sequence classifier over the whole image-text backbone (transformers' own for
     gemma3, ours for llava): its batches carry both halves' pixels, the pixels change the scores, the held-out
@@ -193,7 +193,7 @@ def test_rm_scores_each_pair_with_its_images_and_exports_a_scorer_that_reloads(t
     tokenizer = load_tokenizer(config.model)
     trained = load_model(config, tokenizer, is_trainable=False, add_valuehead=True, adapters=str(out))
     family = {"gemma3": "Gemma3", "llava": "Llava", "llava_next": "LlavaNext", "pixtral": "Llava",
-              "paligemma": "PaliGemma"}[preset]
+              "paligemma": "PaliGemma", "intern_vl": "InternVL"}[preset]
     assert type(trained).__name__ == f"{family}ForSequenceClassification"
     train = load_processed(ref)["train"]
     pairs, seen, blind = scores_with_and_without_pixels(trained, config, tokenizer, train)
@@ -282,3 +282,30 @@ def test_minicpm_v_4_6_trains_dpo_and_rm_on_both_halves_images(tiny_vlm, tmp_pat
         blind = torch.cat(rm.pair_scores(scorer, {**pairs, MEDIA_INPUTS: {**media, "pixel_values": 0 * media[
             "pixel_values"]}}))
     assert not torch.allclose(scores, blind), "the pixels reach the reward model's forward"
+
+
+@pytest.mark.parametrize("stage", ["dpo", "rm"])
+def test_glm4v_pairs_carry_both_halves_grids_and_token_types(tiny_vlm, tmp_path, stage):
+    """GLM-4.1V's images are grids of merged patches, and its rotary positions need `mm_token_type_ids`: a pair's
+    batch holds both halves' grids and one token-type row per sequence of [chosen; rejected], and dpo (its reference
+    precomputed with the images) and rm (GLM-4.1V's sequence classifier) train on them."""
+    from tuneline.data import build_dataset
+    from tuneline.objectives.logps import MEDIA_INPUTS
+
+    config = pref_config(tiny_vlm, tmp_path, "glm4v", stage=stage)
+    ref = build_dataset(config)
+    if stage == "dpo":
+        from tuneline.reference import build_reference_logps
+        from tuneline.train.dpo import run
+
+        ref = build_reference_logps(config, ref)
+    else:
+        from tuneline.train.rm import run
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    media, rows = batch[MEDIA_INPUTS], batch["chosen_input_ids"].shape[0]
+    assert media["image_grid_thw"].shape[0] == 2 * rows  # one image a row, in each half
+    assert media["mm_token_type_ids"].shape == (2 * rows, batch["chosen_input_ids"].shape[1])
+    assert int(media["mm_token_type_ids"].sum()) == int(media["image_grid_thw"].prod(-1).sum()) // 4
+    assert result["global_step"] == 2

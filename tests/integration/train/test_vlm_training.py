@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import MLLM_DATA, FirstBatch, vlm_config
+from tests.support.training import MLLM_DATA, MM_DATA, FirstBatch, vlm_config
 from tuneline.errors import ConfigError
 
 
@@ -325,3 +325,118 @@ def test_mllama_trains_reading_its_images_through_cross_attention(tiny_vlm, tmp_
                                      export_dir=str(tmp_path / "merged")))
     assert AutoProcessor.from_pretrained(merged).image_processor.max_image_tiles == 4
     assert AutoModelForImageTextToText.from_pretrained(merged).config.model_type == "mllama"
+
+
+def test_intern_vl_trains_on_each_images_tiles(tiny_vlm, tmp_path, crop_to_patches):
+    """InternVL's processor needs torchvision (its video processor), its image half does not: each image is expanded
+    at build time to 4 context tokens per tile (one tile, or with `crop_to_patches` its grid and a thumbnail), the
+    batch holds every tile, the pixels reach the forward, and the run trains and saves processor files that load."""
+    import json
+
+    import torch
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.sft import run
+
+    config = sft_config(tiny_vlm, tmp_path, "intern_vl", crop_to_patches=crop_to_patches)
+    ref = build_dataset(config)
+    tokenizer = load_tokenizer(config.model)
+    train = load_processed(ref)["train"]
+    media = dataset_media(config, tokenizer, [train])
+    context = tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>")
+    per_image = [row["input_ids"].count(context) / len(row["images"]) for row in train]
+    assert (max(per_image) > 4) == crop_to_patches and min(per_image) >= 4
+    assert sum(row["input_ids"].count(tokenizer.convert_tokens_to_ids("<img>")) for row in train) == sum(
+        len(row["images"]) for row in train)
+
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    assert batch["pixel_values"].shape[0] * 4 == int((batch["input_ids"] == context).sum())
+    assert batch["pixel_values"].shape[1:] == (3, 32, 32) and result["global_step"] == 2
+    out = tmp_path / "out"
+    for folder in (out, out / "checkpoint-2"):
+        assert json.loads((folder / "processor_config.json").read_text())["image_seq_length"] == 4, folder
+
+    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+
+
+def test_intern_vl_trains_on_videos_without_torchvision(tiny_vlm, tmp_path):
+    """InternVL's frames go through its image processor, not a video processor: LLaMA-Factory's video demo trains
+    here, where torchvision does not load, each sampled frame a `FrameN: <img>...</img>` line of 4 context tokens
+    whose pixels reach the forward."""
+    import torch
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.sft import run
+
+    config = vlm_config(tiny_vlm, tmp_path, "intern_vl", dataset="mllm_video_demo", dataset_dir=str(MM_DATA),
+                        video_fps=1.0, video_maxlen=3)
+    ref = build_dataset(config)
+    tokenizer = load_tokenizer(config.model)
+    train = load_processed(ref)["train"]
+    assert [tokenizer.decode(row["input_ids"]).count("Frame") for row in train] == [3, 3, 3]
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    context = tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>")
+    batch = keeper.batch
+    assert batch["pixel_values"].shape == (2 * 3, 3, 32, 32) and int((batch["input_ids"] == context).sum()) == 24
+    assert result["global_step"] == 2
+
+    inputs = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0]])
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(tmp_path / "out"))
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the frames reach the forward"
+
+
+def test_glm4v_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm, tmp_path, preset):
+    """GLM-4.1V's processor needs torchvision (its video processor), its image half does not: each image is one
+    <|image|> per merged block of its grid between begin and end of image, marked in `mm_token_type_ids` for the
+    multimodal rotary positions; the pixels reach the forward (GLM-4.5V's mixture of experts too), and the run
+    trains and saves processor files that load."""
+    import torch
+    from transformers import AutoImageProcessor
+
+    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data.mm.run_media import dataset_media
+    from tuneline.model import load_model, load_tokenizer
+    from tuneline.train.sft import run
+
+    config = sft_config(tiny_vlm, tmp_path, preset)
+    ref = build_dataset(config)
+    tokenizer = load_tokenizer(config.model)
+    train = load_processed(ref)["train"]
+    media = dataset_media(config, tokenizer, [train])
+    text = tokenizer.decode(train[0]["input_ids"])
+    assert text.startswith("[gMASK]<sop><|user|>\n<|begin_of_image|><|image|>")
+    # an empty thought is trained on before the answer slot's newline, as LLaMA-Factory puts it
+    assert "<|end_of_image|>" in text and "<|assistant|><think>\n\n</think>\n\n\nThey" in text
+
+    keeper = FirstBatch()
+    result = run(config, ref, [keeper])
+    batch = keeper.batch
+    image = tokenizer.convert_tokens_to_ids("<|image|>")
+    pads = int((batch["input_ids"] == image).sum())
+    assert pads == int(batch["image_grid_thw"].prod(-1).sum()) // 4 > 0
+    assert int((batch["mm_token_type_ids"] == 1).sum()) == pads and result["global_step"] == 2
+    out = tmp_path / "out"
+    for folder in (out, out / "checkpoint-2"):
+        assert AutoImageProcessor.from_pretrained(folder).merge_size == 2, folder
+
+    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
+    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
+    with torch.no_grad():
+        seen = model(**inputs).loss
+        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
+    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"

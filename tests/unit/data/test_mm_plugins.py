@@ -22,7 +22,7 @@ from tuneline.data.mm.pixels import (
     sample_indices,
     sample_video,
 )
-from tuneline.data.mm.plugins import PLUGINS, frame_times
+from tuneline.data.mm.plugins import FAMILY_MODULES, PLUGINS, frame_times
 from tuneline.data.mm.requirements import torchvision_works
 from tuneline.data.template_catalog import TEMPLATES
 from tuneline.errors import ConfigError, DataError
@@ -244,7 +244,7 @@ def test_templates_name_known_plugins():
                                                            "qwen3_vl_nothink")}
     assert plugins == {"llava": "llava", "llava_next": "llava_next", "gemma3": "gemma3", "qwen2_vl": "qwen2_vl",
                        "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl"}
-    assert {t.mm_plugin for t in TEMPLATES.values()} - {None} <= set(PLUGINS)
+    assert {t.mm_plugin for t in TEMPLATES.values()} - {None} <= set(PLUGINS) | set(FAMILY_MODULES)
     assert TEMPLATES["qwen3_vl"].reasoning and not TEMPLATES["qwen3_vl_nothink"].reasoning
 
 

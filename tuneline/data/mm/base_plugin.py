@@ -27,6 +27,9 @@ class MMPlugin:
     qwen_sizes = False  # Qwen-VL's extra side and ratio limits on top of the pixel limits
     pans_and_scans = False  # takes `image_do_pan_and_scan` (Gemma 3); other plugins refuse it
     token_inputs = ()  # batch tensors along the tokens (axis 1): the collator pads them as the ids
+    crops_to_patches = False  # takes `crop_to_patches` (InternVL); other plugins refuse it
+    videos_need_torchvision = True  # its videos go through a transformers video processor (all but InternVL's)
+    unencoded_videos = None  # why its videos are refused (a str), where LLaMA-Factory's plugin reads them
 
     def expand_messages(self, messages: list[dict], images: list = (), videos: list = (), processor: Any = None,
                         settings: MediaSettings = MediaSettings()) -> list[dict]:

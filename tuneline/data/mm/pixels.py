@@ -28,6 +28,7 @@ class MediaSettings:
     video_fps: float = 2.0
     video_maxlen: int = 128
     image_do_pan_and_scan: bool = False  # Gemma 3 only: crops of a wide or tall image follow it
+    crop_to_patches: bool = False  # InternVL only: an image is tiled, the tiles and a thumbnail each encoded
 
 
 # The pan-and-scan settings LLaMA-Factory 0.9.5 hands Gemma 3's image processor, whatever the processor's own say.

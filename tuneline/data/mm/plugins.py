@@ -7,6 +7,7 @@ Both follow LLaMA-Factory 0.9.5's `mm_plugin.py`; `benchmarks/mm_parity.py` comp
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,7 @@ class Qwen2VLPlugin(MMPlugin):
     whole 28-pixel blocks within the processor's pixel range); a video, one per block of its frame pairs."""
 
     qwen_sizes = True
+    image_frame = (VISION_BOS, VISION_EOS)  # the words around an image's pads
 
     def image_texts(self, images: list, processor: Any, settings: MediaSettings) -> list[str]:
         image_processor = processor.image_processor
@@ -126,7 +128,7 @@ class Qwen2VLPlugin(MMPlugin):
         for image in images:
             width, height = image_size(image, settings.image_max_pixels, settings.image_min_pixels, qwen=True)
             count = image_processor.get_number_of_image_patches(height, width) // image_processor.merge_size ** 2
-            texts.append(VISION_BOS + self.image_token * count + VISION_EOS)
+            texts.append(self.image_frame[0] + self.image_token * count + self.image_frame[1])
         return texts
 
     def video_texts(self, videos: list, processor: Any, settings: MediaSettings) -> list[str]:
@@ -144,8 +146,8 @@ class Qwen2VLPlugin(MMPlugin):
         without them."""
         inputs = super().batch_inputs(images, videos, batch_ids, processor, settings)
         if "mm_token_type_ids" in getattr(processor, "model_input_names", ()):
-            kinds = {processor.tokenizer.convert_tokens_to_ids(self.image_token): 1,
-                     processor.tokenizer.convert_tokens_to_ids(self.video_token): 2}
+            tokens = {self.image_token: 1, **({self.video_token: 2} if self.video_token else {})}
+            kinds = {processor.tokenizer.convert_tokens_to_ids(token): kind for token, kind in tokens.items()}
             inputs["mm_token_type_ids"] = [[kinds.get(token, 0) for token in ids] for ids in batch_ids]
         return inputs
 
@@ -281,11 +283,22 @@ PLUGINS: dict[str, MMPlugin] = {plugin.name: plugin for plugin in (
 )}
 
 
+# plugins that build on the classes above, kept in a family's own module: plugin name -> module, whose PLUGINS
+# holds it (imported when named, as that module imports this one)
+FAMILY_MODULES: dict[str, str] = {
+    "intern_vl": "tuneline.data.mm.intern_vl",
+    "glm4v": "tuneline.data.mm.glm4v",
+}
+
+
 def get_mm_plugin(name: str | None) -> MMPlugin:
     """The plugin a template names (`Template.mm_plugin`); None or 'base' for text-only models."""
     if name is None:
         return PLUGINS["base"]
+    if name in FAMILY_MODULES:
+        return importlib.import_module(FAMILY_MODULES[name]).PLUGINS[name]
     if name not in PLUGINS:
-        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, PLUGINS)}; "
-                          f"use one of {sorted(PLUGINS)}")
+        known = {**PLUGINS, **FAMILY_MODULES}
+        raise ConfigError(f"multimodal plugin '{name}' is not known{did_you_mean(name, known)}; "
+                          f"use one of {sorted(known)}")
     return PLUGINS[name]

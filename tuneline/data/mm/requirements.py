@@ -21,13 +21,14 @@ def torchvision_works() -> bool:
     return True
 
 
-def video_requirements_problem() -> str | None:
+def video_requirements_problem(needs_torchvision: bool = True) -> str | None:
     """Why videos cannot be read here (PyAV to decode them, torchvision for every transformers video processor), or
     None. Images need neither: a Qwen-VL model without torchvision gets its processor's image half
-    (`tuneline.model.image_only_processor`)."""
+    (`tuneline.model.image_only_processor`). `needs_torchvision` False: the plugin sends frames through the image
+    processor (InternVL), so PyAV suffices."""
     if problem := pyav_problem():
         return problem
-    if torchvision_works():
+    if not needs_torchvision or torchvision_works():
         return None
     import torch
 

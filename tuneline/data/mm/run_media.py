@@ -12,7 +12,7 @@ from tuneline.data.mm.requirements import video_requirements_problem
 from tuneline.errors import ConfigError, UserError
 
 MEDIA_SETTINGS = ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_fps",
-                  "video_maxlen", "image_do_pan_and_scan")
+                  "video_maxlen", "image_do_pan_and_scan", "crop_to_patches")
 MEDIA_STAGES = ("sft", "rm", "dpo", "kto")  # stages whose encoding and batches carry images
 
 
@@ -25,6 +25,8 @@ class RunMedia:
     def __post_init__(self):
         if self.settings.image_do_pan_and_scan and not self.plugin.pans_and_scans:
             raise ConfigError(pan_and_scan_refusal(self.plugin.name))
+        if self.settings.crop_to_patches and not self.plugin.crops_to_patches:
+            raise ConfigError(crop_to_patches_refusal(self.plugin.name))
 
     def expand(self, messages: list[dict], images: list, videos: list) -> list[dict]:
         return self.plugin.expand_messages(messages, images, videos, self.processor, self.settings)
@@ -39,6 +41,12 @@ class RunMedia:
 def pan_and_scan_refusal(plugin: str | None) -> str:
     return (f"'image_do_pan_and_scan: true' crops images for Gemma 3 only, and this template's image plugin is "
             f"'{plugin or 'none (text only)'}'; use 'template: gemma3' with a Gemma 3 model, or remove the key")
+
+
+def crop_to_patches_refusal(plugin: str | None) -> str:
+    return (f"'crop_to_patches: true' tiles images for InternVL only, and this template's image plugin is "
+            f"'{plugin or 'none (text only)'}'; use 'template: intern_vl' (or intern_s1) with an InternVL model, or "
+            "remove the key")
 
 
 def has_media(dataset, kinds: tuple[str, ...] = ("images", "videos")) -> bool:
@@ -71,12 +79,12 @@ def run_media(config, tokenizer, template, has_videos: bool) -> RunMedia:
                           f"use the model's vision-language template ({', '.join(VISION)})")
     plugin = get_mm_plugin(template.mm_plugin)
     if has_videos and plugin.video_token is None:
-        raise ConfigError(f"the dataset holds videos, but 'template: {template.name}' (multimodal plugin "
-                          f"'{plugin.name}', as in LLaMA-Factory) reads images only; use a template whose model reads "
-                          f"videos ({', '.join(video_templates())}), or leave the videos out")
+        why = plugin.unencoded_videos or f"(multimodal plugin '{plugin.name}', as in LLaMA-Factory) reads images only"
+        raise ConfigError(f"the dataset holds videos, but 'template: {template.name}' {why}; use a template whose "
+                          f"model reads videos ({', '.join(video_templates())}), or leave the videos out")
     if config.effective_packing:
         raise ConfigError("'packing' joins rows, which rows with images cannot be; set 'packing: false'")
-    if has_videos and (problem := video_requirements_problem()):
+    if has_videos and (problem := video_requirements_problem(plugin.videos_need_torchvision)):
         raise UserError(problem)
     processor = load_processor(config, tokenizer)
     if processor is None:
