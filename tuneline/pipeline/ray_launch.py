@@ -53,6 +53,16 @@ def worker_resources(settings: RaySettings, use_cpu: bool) -> tuple[dict[str, fl
     return resources, bool(resources.get("GPU"))
 
 
+def workers_use_gpus(config) -> bool:
+    """Whether the workers train on GPUs: resources_per_worker gives each one, and neither `use_cpu` nor a local
+    Ray on a machine without GPUs (where tuneline trains on CPU, as it does without Ray) says otherwise."""
+    from tuneline.runtime.devices import gpu_count
+
+    settings = config.ray
+    use_cpu = bool(config.training.get("use_cpu")) or (settings.local and not gpu_count())
+    return worker_resources(settings, use_cpu)[1]
+
+
 def start_ray(settings: RaySettings, workers_cpus: float, on_line=print) -> None:
     """Join the named cluster, or start a local Ray sized for the workers; a cluster out of reach is a UserError."""
     import ray
@@ -143,10 +153,12 @@ def run_child(loop: dict) -> None:
 
 def worker_launcher(config, use_cpu: bool, rank: int, world: int, addr: str, port: int) -> list[str]:
     """`accelerate launch` for one Ray worker: machine `rank` of `world`, one process, meeting at addr:port. The
-    run config's num_processes and machines never reach here (refused beside Ray: the workers count both)."""
+    run config's num_processes and machines never reach here (refused beside Ray: the workers count both); an
+    accelerate config file's are replaced (LLaMA-Factory's fsdp_config_multiple_nodes.yaml names 2 machines)."""
     pipe = dataclasses.replace(config.pipeline, num_processes=1, num_machines=world, machine_rank=rank,
                                main_process_ip=addr, main_process_port=port)
-    return launcher(dataclasses.replace(config, pipeline=pipe), use_cpu=use_cpu)
+    alone = ["--num_machines", "1", "--machine_rank", "0"] if world == 1 and pipe.accelerate_config else []
+    return launcher(dataclasses.replace(config, pipeline=pipe), use_cpu=use_cpu) + alone
 
 
 def own_gpus(use_cpu: bool) -> dict[str, str]:
@@ -198,11 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # the flow's log shows the workers' lines as text, not colours
     try:
         from tuneline.config import load_config
-        from tuneline.runtime.devices import gpu_count
 
         config = load_config(args.config, check_paths=False)
-        settings = RaySettings.from_json(args.ray)
-        use_cpu = bool(config.training.get("use_cpu")) or (settings.local and not gpu_count())
+        settings = config.ray = RaySettings.from_json(args.ray)
+        use_cpu = not workers_use_gpus(config)
         resources, _ = worker_resources(settings, use_cpu)
         start_ray(settings, resources.get("CPU", 1) * settings.num_workers)
         import ray
