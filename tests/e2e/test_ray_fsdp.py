@@ -38,7 +38,8 @@ def test_a_gpu_workers_launch_gives_the_child_accelerates_fsdp_environment(tiny_
     from tuneline.pipeline.ray_launch import worker_launcher
 
     alone = make_config(tiny_model_dir, tmp_path / "out", accelerate_config=str(FSDP_CONFIG), num_processes=2)
-    launches = {"accelerate": [[*launcher(alone, use_cpu=False), *PROBE, str(tmp_path / "accelerate")]]}
+    own_port = ["--main_process_port", str(free_port())]  # not accelerate's 29500, which another test may hold
+    launches = {"accelerate": [[*launcher(alone, use_cpu=False), *own_port, *PROBE, str(tmp_path / "accelerate")]]}
     for example in (FSDP_CONFIG, MULTIPLE_NODES):  # the second names 2 machines at 192.168.0.1: the workers replace it
         on_ray = make_config(tiny_model_dir, tmp_path / "out", accelerate_config=str(example), ray_num_workers=2)
         port = free_port()
