@@ -1,11 +1,12 @@
 """What training on a local Ray costs against `accelerate launch`, both with 2 CPU processes over gloo:
-`python benchmarks/ray_launch.py [--steps 12] [--repeats 1]`.
+`python benchmarks/ray_launch.py [--steps 12] [--repeats 1] [--deepspeed DS_CONFIG]`.
 
 Trains the same tiny-model LoRA run (demo sft data, batch 2 per process) through the command the train step runs
 for each launcher (tuneline.pipeline.launch.launch_command), and prints, per launcher: the whole command's wall
 time, the start cost (wall time less the trainer's own train_runtime: starting Ray or accelerate, the workers,
 imports and model load, the end), and the time per step inside the trainer. Also the cost of `ray.init` alone (a
-local Ray of 2 CPUs). Figures only: nothing is asserted.
+local Ray of 2 CPUs). With `--deepspeed`, both runs train with that ds_config (ZeRO on DeepSpeed's CPU accelerator).
+Figures only: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--deepspeed", default=None, help="a ds_config JSON both runs train with")
     args = parser.parse_args()
+    sharded = {"deepspeed": str(Path(args.deepspeed).absolute())} if args.deepspeed else {}
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.pop("RAY_ADDRESS", None)
     from tuneline.data import build_dataset
@@ -70,8 +73,9 @@ def main() -> None:
         for repeat in range(args.repeats):
             for name, keys in (("accelerate", {"num_processes": 2}), ("ray", {"ray_num_workers": 2})):
                 out = root / f"{name}-{repeat}"
-                rows.append(timed_launch(name, config_values(model, out, args.steps, **keys), dataset, root))
-        print(f"{'launcher':<12}{'wall s':>9}{'start s':>9}{'s/step':>9}   ({args.steps} steps, 2 CPU processes)")
+                rows.append(timed_launch(name, config_values(model, out, args.steps, **keys, **sharded), dataset, root))
+        print(f"{'launcher':<12}{'wall s':>9}{'start s':>9}{'s/step':>9}   ({args.steps} steps, 2 CPU processes"
+              f"{', deepspeed ' + Path(args.deepspeed).name if args.deepspeed else ''})")
         for row in rows:
             print(f"{row['launcher']:<12}{row['wall_s']:>9.1f}{row['start_s']:>9.1f}{row['step_s']:>9.3f}")
 

@@ -92,11 +92,14 @@ def test_the_nlg_eval_predict_config_runs_unchanged_with_a_trained_adapter(prefe
     assert {k: run.data.metrics[k] for k in scores} == pytest.approx(scores)
 
 
-def test_the_ray_example_trains_on_ray_as_it_does_on_accelerate(prefect_api, checkout, tiny_model_dir, monkeypatch):
+@pytest.mark.parametrize("sharded", [[], ["deepspeed=examples/deepspeed/ds_z3_config.json"]], ids=["ddp", "zero3"])
+def test_the_ray_example_trains_on_ray_as_it_does_on_accelerate(prefect_api, checkout, tiny_model_dir, monkeypatch,
+                                                                 sharded):
     """LLaMA-Factory's Ray example on a local Ray (2 CPU workers over gloo: its GPU per worker left out on a machine
     without one), against the same config without its Ray keys on `accelerate launch` with 2 processes: the same
     losses at every logged step, each run one finished MLflow run. Only model, data, output and length overridden
-    (its own logging_steps: 10, hence 20 steps)."""
+    (its own logging_steps: 10, hence 20 steps); then the same with LLaMA-Factory's ZeRO-3 config on both, which
+    DeepSpeed runs on Ray's workers as under accelerate (its checkpoint: one optimizer shard per worker)."""
     from pathlib import Path
 
     import yaml
@@ -106,12 +109,13 @@ def test_the_ray_example_trains_on_ray_as_it_does_on_accelerate(prefect_api, che
 
     monkeypatch.chdir(checkout)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    common = [f"model_name_or_path={tiny_model_dir}", "dataset_dir=data", "max_steps=20"]
-    on_ray = train(checkout, RAY_EXAMPLE, *common, "ray_num_workers=2", f"output_dir={checkout / 'saves' / 'ray'}")
+    common = [f"model_name_or_path={tiny_model_dir}", "dataset_dir=data", "max_steps=20", *sharded]
+    kind = "zero3" if sharded else "ddp"
+    on_ray = train(checkout, RAY_EXAMPLE, *common, "ray_num_workers=2", f"output_dir={checkout / 'saves' / kind}-ray")
     plain = {k: v for k, v in yaml.safe_load((checkout / RAY_EXAMPLE).read_text()).items() if k not in RAY_KEYS}
     (checkout / "no_ray.yaml").write_text(yaml.safe_dump(plain))
     on_accelerate = train(checkout, "no_ray.yaml", *common, "num_processes=2",
-                          f"output_dir={checkout / 'saves' / 'accelerate'}")
+                          f"output_dir={checkout / 'saves' / kind}-accelerate")
 
     def losses(result):
         logged = [json.loads(line) for line in Path(result["output_dir"], "trainer_log.jsonl").read_text().splitlines()]
@@ -125,3 +129,5 @@ def test_the_ray_example_trains_on_ray_as_it_does_on_accelerate(prefect_api, che
     run = client.get_run(on_ray["mlflow_run_id"])
     assert run.info.status == "FINISHED" and on_ray["mlflow_run_id"] != on_accelerate["mlflow_run_id"]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [10, 20]
+    shards = list(Path(on_ray["output_dir"], "checkpoint-20", "global_step20").glob("*optim_states.pt"))
+    assert len(shards) == (2 if sharded else 0)

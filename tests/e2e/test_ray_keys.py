@@ -64,8 +64,6 @@ def test_keys_ray_cannot_honour_here_are_refused_with_what_to_do(tmp_path):
     stray = problems_of(tmp_path, BASE + "master_addr: 10.0.0.7\n")
     assert "'master_addr'" in stray and "main_process_ip" in stray and "use_ray" in stray
     assert "remove them" in problems_of(tmp_path, BASE + "use_ray: false\nray_num_workers: 2\n")
-    assert "'accelerate_config: fsdp.yaml'" in problems_of(tmp_path, BASE + "use_ray: true\n"
-                                                                          "accelerate_config: fsdp.yaml\n")
 
 
 def test_a_cluster_is_refused_paths_no_other_machine_sees(tmp_path):

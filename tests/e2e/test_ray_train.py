@@ -1,7 +1,8 @@
 """The train step on a local Ray (Ray Train's TorchTrainer, 2 CPU workers over gloo), through the command the flow
-runs: a worker SIGKILLed mid-run makes Ray restart the group, whose children resume from the last complete
-checkpoint and end with the weights of an uninterrupted run (2 processes under `accelerate launch`). A local Ray costs about 5 s to start and each fit some
-20 s here, so these stay few."""
+runs, with DeepSpeed ZeRO-3 as LLaMA-Factory's ds_z3_config.json sets it: a worker SIGKILLed mid-run makes Ray restart
+the group, whose children resume from the last complete checkpoint (DeepSpeed's own, its optimizer state in one
+shard per process) and end with the losses and weights of an uninterrupted run of the same config at 2 processes
+under `accelerate launch`. A local Ray costs about 5 s to start and each fit some 20 s here, so these stay few."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ import time
 
 import pytest
 
-from tests.support.training import make_config, train_step
+from tests.support.sft_runs import final_weights
+from tests.support.training import REPO_ROOT, make_config, step_losses, train_step
 from tuneline.pipeline.launch import launch_command
 from tuneline.runtime.contract import read_run_file
 from tuneline.train.checkpoints import checkpoint_step, complete_checkpoints
 
-SETTINGS = {"finetuning_type": "lora", "lora_rank": 4, "learning_rate": 1e-2, "lr_scheduler_type": "linear",
-            "warmup_steps": 2, "max_steps": 8, "save_steps": 2, "per_device_train_batch_size": 2, "max_samples": 64,
-            "cutoff_len": 64}
+ZERO3 = REPO_ROOT / "examples" / "deepspeed" / "ds_z3_config.json"
+SETTINGS = {"finetuning_type": "full", "learning_rate": 5e-3, "lr_scheduler_type": "linear", "warmup_steps": 2,
+            "max_steps": 8, "save_steps": 2, "per_device_train_batch_size": 2, "max_samples": 64, "cutoff_len": 64,
+            "deepspeed": str(ZERO3)}
 WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
 
 
@@ -37,14 +40,7 @@ def dataset(tiny_model_dir, tmp_path_factory) -> dict:
     return build_dataset(make_config(tiny_model_dir, tmp_path_factory.mktemp("ray") / "unused", **SETTINGS))
 
 
-def adapter(output_dir):
-    from safetensors.torch import load_file
-
-    return load_file(str(output_dir / "adapter_model.safetensors"))
-
-
-def test_a_killed_worker_is_restarted_and_the_run_ends_with_the_uninterrupted_weights(tiny_model_dir, dataset,
-                                                                                      tmp_path):
+def test_zero3_on_ray_restarts_a_killed_worker_and_ends_as_on_accelerate(tiny_model_dir, dataset, tmp_path):
     uninterrupted = make_config(tiny_model_dir, tmp_path / "accelerate", **SETTINGS, num_processes=2)
     reference = subprocess.Popen(launch_command(uninterrupted, _dump(uninterrupted, tmp_path / "a.yaml"),
                                                 dataset["path"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -67,10 +63,17 @@ def test_a_killed_worker_is_restarted_and_the_run_ends_with_the_uninterrupted_we
     run = read_run_file(config.output_dir)
     assert run["status"] == "complete" and run["resumed_step"] >= killed[0] and result.train_key == "ray-key"
     assert reference.wait() == 0
-    expected, got = adapter(tmp_path / "accelerate"), adapter(config.output_dir)
-    assert expected.keys() == got.keys()
+    for step in range(2, 9, 2):  # DeepSpeed's engine saved each checkpoint: one optimizer shard per worker
+        shards = list((config.output_dir / f"checkpoint-{step}" / f"global_step{step}").glob("*optim_states.pt"))
+        assert len(shards) == 2, (step, shards)
+    expected_losses, got_losses = step_losses(tmp_path / "accelerate"), step_losses(config.output_dir)
+    assert sorted(got_losses) == list(range(1, 9)) and len(set(expected_losses.values())) == 8
+    for step, loss in expected_losses.items():
+        assert got_losses[step] == pytest.approx(loss, rel=1e-6), step
+    expected, got = final_weights(tmp_path / "accelerate"), final_weights(config.output_dir)
+    assert expected.keys() == got.keys()  # ZeRO-3 gathered its partitions back into whole tensors
     for name, tensor in expected.items():
-        assert (tensor - got[name]).abs().max().item() <= 1e-6, name
+        assert got[name].shape == tensor.shape and (tensor - got[name]).abs().max().item() <= 1e-6, name
     assert not list(tmp_path.glob("ray/checkpoint-*/.tmp*"))
 
 

@@ -234,6 +234,12 @@ def build(config, stage: str, tokenizer, splits=None):
     return build_trainer(config, spec, model, tokenizer, splits, collator, callbacks), spec
 
 
+def step_losses(output_dir: Path) -> dict[int, float]:
+    """The loss the child logged at each step (a resumed run's last record of a step wins)."""
+    records = [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
+    return {r["current_steps"]: r["loss"] for r in records if "loss" in r}
+
+
 def logged(output_dir, key="loss"):
     lines = [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
     return [r[key] for r in lines if key in r]

@@ -186,10 +186,6 @@ def ray_run_problems(config) -> list[str]:
     if pipe.num_machines > 1:
         problems.append(f"'num_machines: {pipe.num_machines}': on Ray the cluster places the workers over its "
                         "machines; remove 'num_machines', 'machine_rank' and 'main_process_ip'")
-    if pipe.accelerate_config:
-        problems.append(f"'accelerate_config: {pipe.accelerate_config}' is read by `accelerate launch`, which "
-                        "Ray's workers do not run: give FSDP as transformers' 'fsdp' and 'fsdp_config' keys, or "
-                        "train without Ray")
     if not settings.local:
         problems += unreachable_paths(config)
     return problems

@@ -18,6 +18,7 @@ from tuneline.config.run_config import RunConfig
 from tuneline.config.safety import safety_problems
 from tuneline.config.scope import scope_problems
 from tuneline.errors import did_you_mean
+from tuneline.runtime.fsdp_setup import read_accelerate_file
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -93,7 +94,7 @@ def machines_problems(config: RunConfig) -> list[str]:
             problems.append(f"'main_process_port: {pipe.main_process_port}' is not a port every machine can meet on; "
                             "give one between 1 and 65535 (default 29500)")
     file_machines = _accelerate_file_machines(pipe.accelerate_config)
-    if file_machines > 1 and pipe.num_machines == 1:
+    if file_machines > 1 and pipe.num_machines == 1 and config.ray is None:  # on Ray its workers are the machines
         problems.append(f"'accelerate_config' ({pipe.accelerate_config}) names num_machines: {file_machines}; set "
                         "'num_machines', 'main_process_ip' (and 'main_process_port') in the tuneline config instead, "
                         "so that every machine's launch gets its own rank from `tuneline train-node --machine-rank N`")
@@ -103,9 +104,8 @@ def machines_problems(config: RunConfig) -> list[str]:
 def _accelerate_file_machines(path: str | None) -> int:
     """num_machines of an accelerate config file; 1 when there is none or it cannot be read (preflight says so)."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) if path else None
-        return int((data or {}).get("num_machines") or 1) if isinstance(data, dict) else 1
-    except (OSError, yaml.YAMLError, TypeError, ValueError):
+        return int(read_accelerate_file(path).get("num_machines") or 1)
+    except (TypeError, ValueError):
         return 1
 
 

@@ -57,25 +57,26 @@ def launch_command(config, config_path: Path | str, dataset_path: str | None = N
         raise UserError(f"'machine_rank: {config.pipeline.machine_rank}': the flow (`tuneline train`) runs on the main "
                         "machine only (machine_rank 0); start the others with `tuneline train-node CONFIG "
                         "--machine-rank N`")
-    if config.ray is not None:  # Ray places the workers, each running the same child (tuneline.pipeline.ray_launch)
-        from tuneline.pipeline.ray_launch import driver_command
-
-        return driver_command(config, config_path, dataset_path)
     dataset = ["--dataset", str(dataset_path)] if dataset_path else []
+    if config.ray is not None:  # Ray places the workers, each launching the same child (tuneline.pipeline.ray_launch)
+        return [sys.executable, "-m", "tuneline.pipeline.ray_launch", str(config_path), "--ray", config.ray.to_json(),
+                *dataset]
     return [*launcher(config), "-m", "tuneline.train", str(config_path), *dataset]
 
 
 DEFAULT_PORT = 29500  # accelerate's and torch's, where the machines meet unless main_process_port says otherwise
 
 
-def launcher(config) -> list[str]:
+def launcher(config, use_cpu: bool | None = None) -> list[str]:
     """`accelerate launch` with this config's processes and threads on this machine: what precedes `-m`.
 
     `num_processes` counts one machine's processes; accelerate's `--num_processes` is the total over
-    `num_machines` (it starts total / machines on each)."""
+    `num_machines` (it starts total / machines on each). `use_cpu` when the caller knows better than this
+    machine's GPU count (a Ray worker, told by its driver)."""
     gpus = gpu_count()
     pipe = config.pipeline
-    use_cpu = not gpus or bool(config.training.get("use_cpu"))
+    if use_cpu is None:
+        use_cpu = not gpus or bool(config.training.get("use_cpu"))
     per_machine = pipe.num_processes or (1 if use_cpu else gpus)
     processes = per_machine * pipe.num_machines
     deepspeed = bool(config.training.get("deepspeed")) and not pipe.accelerate_config

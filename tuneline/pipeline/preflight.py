@@ -65,7 +65,12 @@ def secret_override_problems(overrides: list[str] | dict | None) -> list[str]:
 
 
 def machine_and_library_problems(config: RunConfig) -> list[str]:
-    cuda = gpu_count() > 0 and not config.training.get("use_cpu")
+    if config.ray is not None:  # what the Ray workers get, wherever they run
+        from tuneline.pipeline.ray_launch import workers_use_gpus
+
+        cuda = workers_use_gpus(config)
+    else:
+        cuda = gpu_count() > 0 and not config.training.get("use_cpu")
     problems = (template_problems(config) + missing_requirements(config, cuda) + hub_token_problems(config)
                 + hub_media_problems(config))
     problems += grpo_machine_problems(config, cuda) + cluster_problems(config)

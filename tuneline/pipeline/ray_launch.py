@@ -4,9 +4,10 @@
 
 The train step runs this driver where it would run `accelerate launch` (tuneline.pipeline.launch.launch_command),
 and follows it the same way: its lines (Ray forwards the workers' lines to it), trainer_log.jsonl for progress, its
-exit code. Each worker runs `python -m tuneline.train`, the child accelerate starts, with the torch rendezvous
-variables accelerate would give it, so the lock, run.json, the atomic checkpoints, the exact resume and the one
-MLflow run are the child's own, unchanged. Ray's part is placement and restarts: a worker lost mid-run fails the
+exit code. Each worker runs `accelerate launch ... -m tuneline.train` as one machine of `ray_num_workers` (one process
+each, meeting where rank 0 says), so the child gets what accelerate's launch gives it without Ray, DeepSpeed ZeRO and
+an accelerate config's FSDP plugin included, and the lock, run.json, the atomic checkpoints, the exact resume and the
+one MLflow run are the child's own, unchanged. Ray's part is placement and restarts: a worker lost mid-run fails the
 group, Ray starts it again (`ray_max_failures` times) and every child resumes from the last complete checkpoint in
 output_dir. Ray Train's own checkpoint reporting is not used, since the children's checkpoints are already on the
 storage every worker reaches.
@@ -18,6 +19,7 @@ stops with it: killed, its processes die with it (Ray's fate sharing), and so do
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import socket
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from tuneline.config.ray_keys import RaySettings
 from tuneline.errors import UserError
+from tuneline.pipeline.launch import launcher
 from tuneline.runtime.contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
 from tuneline.runtime.ray_cluster import refuse_unreachable, unreachable
 
@@ -40,13 +43,6 @@ CHILD_FAILURE = re.compile(re.escape(CHILD_FAILED) + r"(-?\d+)\] (.*?)(?:\nTrace
 CARRIED_PREFIXES = ("TUNELINE_", "MLFLOW_", "HF_", "DS_", "OMP_NUM_THREADS", "TORCH_EXTENSIONS_DIR")
 
 
-def driver_command(config, config_path: Path | str, dataset_path: str | None) -> list[str]:
-    """What the train step runs instead of `accelerate launch` when the config trains on Ray."""
-    dataset = ["--dataset", str(dataset_path)] if dataset_path else []
-    return [sys.executable, "-m", "tuneline.pipeline.ray_launch", str(config_path), "--ray", config.ray.to_json(),
-            *dataset]
-
-
 def worker_resources(settings: RaySettings, use_cpu: bool) -> tuple[dict[str, float], bool]:
     """Each worker's resources and whether it takes a GPU. On CPU (`use_cpu`, or a local Ray on a machine without
     GPUs, as tuneline trains anywhere else) a GPU asked for in resources_per_worker is left out."""
@@ -55,6 +51,16 @@ def worker_resources(settings: RaySettings, use_cpu: bool) -> tuple[dict[str, fl
         resources.pop("GPU", None)
     resources = {k: v for k, v in resources.items() if v} or {"CPU": 1}  # Ray's own default: one CPU a worker
     return resources, bool(resources.get("GPU"))
+
+
+def workers_use_gpus(config) -> bool:
+    """Whether the workers train on GPUs: resources_per_worker gives each one, and neither `use_cpu` nor a local
+    Ray on a machine without GPUs (where tuneline trains on CPU, as it does without Ray) says otherwise."""
+    from tuneline.runtime.devices import gpu_count
+
+    settings = config.ray
+    use_cpu = bool(config.training.get("use_cpu")) or (settings.local and not gpu_count())
+    return worker_resources(settings, use_cpu)[1]
 
 
 def start_ray(settings: RaySettings, workers_cpus: float, on_line=print) -> None:
@@ -92,8 +98,8 @@ def build_trainer(config, config_path: str, dataset: str | None, settings: RaySe
     storage = settings.storage_path or str(Path(config.pipeline.pipeline_cache_dir, "ray").absolute())
     name = settings.run_name or f"tuneline-{Path(config.output_dir).absolute().name}"
     env = {k: v for k, v in os.environ.items() if k.startswith(CARRIED_PREFIXES)}
-    loop = {"config": str(Path(config_path).absolute()), "dataset": dataset, "cwd": os.getcwd(), "env": env,
-            "master_addr": settings.master_addr, "master_port": settings.master_port, "use_cpu": not use_gpu,
+    loop = {"config": str(Path(config_path).absolute()), "run": config, "dataset": dataset, "cwd": os.getcwd(),
+            "env": env, "master_addr": settings.master_addr, "master_port": settings.master_port, "use_cpu": not use_gpu,
             "threads": max(1, int(resources.get("CPU", 1))), "driver_pid": os.getpid() if settings.local else None}
     return TorchTrainer(
         run_child, train_loop_config=loop, torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
@@ -104,29 +110,30 @@ def build_trainer(config, config_path: str, dataset: str | None, settings: RaySe
 
 
 def run_child(loop: dict) -> None:
-    """In each Ray worker: `python -m tuneline.train` with this worker's rank, its lines forwarded to the driver.
+    """In each Ray worker: `accelerate launch ... -m tuneline.train`, this worker being machine `rank` of
+    `ray_num_workers` machines of one process each, its lines forwarded to the driver.
 
-    Rank 0 names where the children meet (master_addr / master_port, else its own address and a free port): a
-    second rendezvous beside Ray's own process group, which the children do not share."""
+    The child is so started by the launch it gets without Ray, with the environment that launch gives it:
+    DeepSpeed's (`deepspeed`), an accelerate config's FSDP plugin (`accelerate_config`), FP8, the rendezvous. Rank 0
+    names where the launches meet (master_addr / master_port, else its own address and a free port): a second
+    rendezvous beside Ray's own process group, which the children do not share."""
     import ray
     from ray.train.collective import broadcast_from_rank_zero
 
     context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
     meeting = None
-    if context.get_world_rank() == 0:
+    if rank == 0:
         meeting = (loop["master_addr"] or ray.util.get_node_ip_address(), loop["master_port"] or free_port())
     addr, port = broadcast_from_rank_zero(meeting)
-    env = {**os.environ, **loop["env"], "RANK": str(context.get_world_rank()),
-           "WORLD_SIZE": str(context.get_world_size()), "LOCAL_RANK": str(context.get_local_rank()),
-           "LOCAL_WORLD_SIZE": str(context.get_local_world_size()), "NODE_RANK": str(context.get_node_rank()),
-           "MASTER_ADDR": addr, "MASTER_PORT": str(port), DIE_WITH_PARENT_ENV: "1", "PYTHONUNBUFFERED": "1"}
-    if loop["use_cpu"]:  # as accelerate's launcher sets it for CPU processes over gloo
-        env.update({"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", str(loop["threads"]))})
     if not Path(loop["cwd"]).is_dir():
-        raise UserError(f"the flow's working folder {loop['cwd']} is not on the machine of Ray worker "
-                        f"{context.get_world_rank()}: run the flow from a folder every machine mounts at that path")
-    cmd = [sys.executable, "-m", "tuneline.train", loop["config"], *(["--dataset", loop["dataset"]]
-                                                                     if loop["dataset"] else [])]
+        raise UserError(f"the flow's working folder {loop['cwd']} is not on the machine of Ray worker {rank}: run the "
+                        "flow from a folder every machine mounts at that path")
+    os.environ.update(loop["env"])  # this worker's process runs nothing but this launch
+    os.environ.setdefault("OMP_NUM_THREADS", str(loop["threads"]))
+    env = {**os.environ, **own_gpus(loop["use_cpu"]), DIE_WITH_PARENT_ENV: "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [*worker_launcher(loop["run"], loop["use_cpu"], rank, world, addr, port), "-m", "tuneline.train",
+           loop["config"], *(["--dataset", loop["dataset"]] if loop["dataset"] else [])]
     tail: deque[str] = deque(maxlen=40)
     with subprocess.Popen(cmd, cwd=loop["cwd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace", bufsize=1, preexec_fn=die_with_parent) as proc:
@@ -138,8 +145,29 @@ def run_child(loop: dict) -> None:
         code = proc.wait()
     if code != 0:
         said = [i for i, line in enumerate(tail) if line.startswith(ERROR_PREFIX)]
-        why = "\n".join(list(tail)[said[-1]:][:12])[len(ERROR_PREFIX):] if said else f"worker {context.get_world_rank()}"
+        if said:  # the child's own line, which it ends with exit code 2; its launcher's exit code is its own
+            code = UserError.exit_code
+        why = "\n".join(list(tail)[said[-1]:][:12])[len(ERROR_PREFIX):] if said else f"worker {rank}"
         raise RuntimeError(f"{CHILD_FAILED}{code}] {why}")
+
+
+def worker_launcher(config, use_cpu: bool, rank: int, world: int, addr: str, port: int) -> list[str]:
+    """`accelerate launch` for one Ray worker: machine `rank` of `world`, one process, meeting at addr:port. The
+    run config's num_processes and machines never reach here (refused beside Ray: the workers count both); an
+    accelerate config file's are replaced (LLaMA-Factory's fsdp_config_multiple_nodes.yaml names 2 machines)."""
+    pipe = dataclasses.replace(config.pipeline, num_processes=1, num_machines=world, machine_rank=rank,
+                               main_process_ip=addr, main_process_port=port)
+    alone = ["--num_machines", "1", "--machine_rank", "0"] if world == 1 and pipe.accelerate_config else []
+    return launcher(dataclasses.replace(config, pipeline=pipe), use_cpu=use_cpu) + alone
+
+
+def own_gpus(use_cpu: bool) -> dict[str, str]:
+    """Ray Train shows a worker every GPU of its machine's workers, and the one process of its launch takes the
+    first it sees (LOCAL_RANK 0): it is shown its own alone."""
+    import ray
+
+    ids = [] if use_cpu else ray.get_gpu_ids()
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in ids)} if ids else {}
 
 
 def end_with_driver(pid: int, proc: subprocess.Popen) -> None:
@@ -182,11 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # the flow's log shows the workers' lines as text, not colours
     try:
         from tuneline.config import load_config
-        from tuneline.runtime.devices import gpu_count
 
         config = load_config(args.config, check_paths=False)
-        settings = RaySettings.from_json(args.ray)
-        use_cpu = bool(config.training.get("use_cpu")) or (settings.local and not gpu_count())
+        settings = config.ray = RaySettings.from_json(args.ray)
+        use_cpu = not workers_use_gpus(config)
         resources, _ = worker_resources(settings, use_cpu)
         start_ray(settings, resources.get("CPU", 1) * settings.num_workers)
         import ray

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 from tuneline.runtime.deepspeed_setup import deepspeed_problems
+from tuneline.runtime.fsdp_setup import fsdp_problem
 
 
 def installed(package: str) -> bool:
@@ -83,6 +84,7 @@ def missing_requirements(config, cuda: bool) -> list[str]:
     if config.training.get("fp16") and not cuda:
         problems.append("'fp16: true' needs a CUDA GPU and none is visible; on CPU use 'bf16: true' or neither")
     problems += deepspeed_problems(config.training.get("deepspeed"))
+    problems.append(fsdp_problem(config.training, config.pipeline.accelerate_config, cuda))
     problems += [liger_problem(config.model.enable_liger_kernel, cuda), fp8_problem(config.finetuning, cuda)]
     problems += [f"'{key}: true' needs the {package} package: `pip install -e '.[{extra}]'` (or `pip install "
                  f"{package}`)" for key, (module, package, extra) in OPTIMIZER_PACKAGES.items()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.training import REPO_ROOT, config_values, make_config, write_config
+from tests.support.training import REPO_ROOT, config_values, make_config, step_losses, write_config
 
 LOSS_TOLERANCE = 1e-4  # relative
 WEIGHT_TOLERANCE = 1e-3  # absolute, a fifth of the learning rate
@@ -42,11 +42,6 @@ def launch(root: Path, model_dir: Path, dataset: str, name: str, **overrides) ->
     except TrainingFailed as failed:
         return failed
     return out
-
-
-def step_losses(output_dir: Path) -> dict[int, float]:
-    records = [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
-    return {r["current_steps"]: r["loss"] for r in records if "loss" in r}
 
 
 @pytest.fixture(scope="module")
