@@ -81,6 +81,10 @@ def test_accelerate_config_and_deepspeed_take_the_machines_too(tmp_path, monkeyp
     assert flag(ds, "--deepspeed_multinode_launcher") == "standard" and flag(ds, "--main_process_port") == "29500"
     alone = launcher(config(tmp_path, deepspeed=deepspeed))
     assert flag(alone, "--main_process_port") == "0"  # one machine: a free port, so trainings side by side coexist
+    assert flag(launcher(config(tmp_path, accelerate_config=fsdp)), "--main_process_port") == "0"  # with a file too
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(Path(fsdp).read_text() + "main_process_port: 29555\n")
+    assert "--main_process_port" not in launcher(config(tmp_path, accelerate_config=str(pinned)))  # the file's stands
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

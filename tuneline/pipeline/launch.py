@@ -90,6 +90,8 @@ def launcher(config, use_cpu: bool | None = None) -> list[str]:
         if pipe.num_processes:
             cmd += ["--num_processes", str(processes)]
         cmd += machine_flags(pipe) + (fp8_launch_flags(config) if config.finetuning.fp8 else [])
+        if pipe.num_machines <= 1 and not _sets_port(pipe.accelerate_config):
+            cmd += ["--main_process_port", "0"]  # as without a file: a free port, unless the file names one
     else:
         cmd += ["--num_processes", str(processes), *fp8_launch_flags(config), "--dynamo_backend", "no"]
         cmd += machine_flags(pipe) or ["--num_machines", "1"]
@@ -102,6 +104,14 @@ def launcher(config, use_cpu: bool | None = None) -> list[str]:
     if use_cpu:
         cmd += ["--num_cpu_threads_per_process", str(cpu_threads_per_process(per_machine))]
     return cmd
+
+
+def _sets_port(accelerate_config) -> bool:
+    """Whether an accelerate config file names where its processes meet (its port, or machines beyond this one)."""
+    import yaml
+
+    values = yaml.safe_load(Path(accelerate_config).read_text()) or {}
+    return "main_process_port" in values or int(values.get("num_machines") or 1) > 1
 
 
 def machine_flags(pipe) -> list[str]:
