@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.training import PRESET_MODEL_TYPES
 from tuneline.demo.tiny_vlm import VLM_PRESETS, build_tiny_vlm, qwen_image_processor
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "tests" / "fixtures" / "llamafactory" / "0.9.5" / "data" / "mllm_demo_data" / "1.jpg"
-MODEL_TYPES = {"intern_vl": "internvl", "glm4_5v": "glm4v_moe"}  # presets named after their template where the model type differs
 IMAGE_TOKENS = {"intern_vl": "context_image_token"}  # the tokenizer attribute holding the image token, if not its own
 CHAT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in the picture?"}]},
         {"role": "assistant", "content": "A cat."}]
-MODEL_TYPES = {"minicpm_v_4_6": "minicpmv4_6"}  # presets named by their template where the model type differs
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +50,6 @@ def forward_loss(model, inputs) -> float:
     return float(out.loss.detach())
 
 
-MODEL_TYPES = {"pixtral": "llava"}  # presets whose model is another family's, with its own vision tower
 
 
 @pytest.mark.parametrize("preset", sorted(VLM_PRESETS))
@@ -64,7 +62,7 @@ def test_each_preset_is_a_few_hundred_kb_with_ids_that_match_its_tokenizer(built
             "chat_template.jinja"} <= {p.name for p in folder.iterdir()}
     tokenizer, config = AutoTokenizer.from_pretrained(folder), AutoConfig.from_pretrained(folder)
     model = AutoModelForImageTextToText.from_pretrained(folder)
-    assert config.model_type == MODEL_TYPES.get(preset, preset) and sum(p.numel() for p in model.parameters()) < 300_000
+    assert config.model_type == PRESET_MODEL_TYPES.get(preset, preset) and sum(p.numel() for p in model.parameters()) < 300_000
     family = VLM_PRESETS[preset]
     assert all(tokenizer.convert_tokens_to_ids(t) != tokenizer.unk_token_id for t in family.tokens)
     assert len(tokenizer) <= config.get_text_config().vocab_size

@@ -243,3 +243,8 @@ def step_losses(output_dir: Path) -> dict[int, float]:
 def logged(output_dir, key="loss"):
     lines = [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
     return [r[key] for r in lines if key in r]
+
+
+# tiny presets named after their template whose model type differs (pixtral: LLaVA with a Pixtral tower)
+PRESET_MODEL_TYPES = {"pixtral": "llava", "minicpm_v_4_6": "minicpmv4_6", "intern_vl": "internvl",
+                      "glm4_5v": "glm4v_moe"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.model_steps import changed, snapshot
+from tests.support.training import PRESET_MODEL_TYPES
 from tuneline.config import load_config
 from tuneline.errors import ConfigError
 from tuneline.model.vision import COMPOSITE_MODELS, in_part
@@ -13,8 +14,6 @@ from tuneline.model.vision import COMPOSITE_MODELS, in_part
 # presets whose every parameter lies in a part the keys name (GLM-4.1V's tower has parts LLaMA-Factory's keys leave out)
 PARTED = ["gemma3", "llava", "minicpm_v_4_6", "mllama", "paligemma", "pixtral", "qwen2_vl", "qwen3_vl", "intern_vl"]
 PRESETS = [*PARTED, "glm4v", "glm4_5v"]
-# presets named after their template where the model type differs (pixtral: LLaVA with a Pixtral tower)
-MODEL_TYPES = {"pixtral": "llava", "minicpm_v_4_6": "minicpmv4_6", "intern_vl": "internvl", "glm4_5v": "glm4v_moe"}
 UNFROZEN = {"freeze_vision_tower": False, "freeze_multi_modal_projector": False}
 
 
@@ -31,7 +30,7 @@ def trainable(model) -> set[str]:
 
 
 def part_of(name: str, preset: str) -> str:
-    parts = COMPOSITE_MODELS[MODEL_TYPES.get(preset, preset)]
+    parts = COMPOSITE_MODELS[PRESET_MODEL_TYPES.get(preset, preset)]
     for part, keys in (("vision", parts.vision_tower), ("projector", parts.projector),
                        ("language", parts.language_model)):
         if in_part(name, keys):
@@ -95,7 +94,7 @@ def test_lora_with_the_image_side_unfrozen_adapts_the_tower_and_trains_the_proje
     assert adapted == {"language", "vision"}
     whole = {n for n in trainable(model) if "lora_" not in n}
     assert whole and all(part_of(n, preset) == "projector" for n in whole)
-    assert model.peft_config["default"].modules_to_save == list(COMPOSITE_MODELS[MODEL_TYPES.get(preset, preset)].projector)
+    assert model.peft_config["default"].modules_to_save == list(COMPOSITE_MODELS[PRESET_MODEL_TYPES.get(preset, preset)].projector)
 
 
 def test_lora_names_its_targets_outside_the_frozen_tower(tiny_vlm, tmp_path):

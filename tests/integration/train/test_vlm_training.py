@@ -327,6 +327,7 @@ def test_mllama_trains_reading_its_images_through_cross_attention(tiny_vlm, tmp_
     assert AutoModelForImageTextToText.from_pretrained(merged).config.model_type == "mllama"
 
 
+@pytest.mark.parametrize("crop_to_patches", [False, True])
 def test_intern_vl_trains_on_each_images_tiles(tiny_vlm, tmp_path, crop_to_patches):
     """InternVL's processor needs torchvision (its video processor), its image half does not: each image is expanded
     at build time to 4 context tokens per tile (one tile, or with `crop_to_patches` its grid and a thumbnail), the
@@ -400,6 +401,7 @@ def test_intern_vl_trains_on_videos_without_torchvision(tiny_vlm, tmp_path):
     assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the frames reach the forward"
 
 
+@pytest.mark.parametrize("preset", ["glm4v", "glm4_5v"])
 def test_glm4v_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm, tmp_path, preset):
     """GLM-4.1V's processor needs torchvision (its video processor), its image half does not: each image is one
     <|image|> per merged block of its grid between begin and end of image, marked in `mm_token_type_ids` for the
