@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.content.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.content.records import BuiltDataset, Evaluation
 from tuneline.content.step_cache import cached_step
 from tuneline.identity import step_code_version
 from tuneline.model.fingerprint import model_fingerprint, reward_model_fingerprint
@@ -37,9 +38,9 @@ PPO_EVAL_KEYS = ("do_sample", "temperature", "top_p", "top_k", "max_new_tokens",
 GRPO_EVAL_KEYS = ("max_completion_length",)  # grpo's answers are as long as in training
 
 
-def not_evaluated(*evaluations: dict) -> str | None:
+def not_evaluated(*evaluations: Evaluation) -> str | None:
     """Why these evaluate-step results hold no metrics (the first reason given), or None when they were scored."""
-    return next((ref["skipped"] for ref in evaluations if ref.get("skipped")), None)
+    return next((evaluation.skipped for evaluation in evaluations if evaluation.skipped), None)
 
 
 def eval_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
@@ -80,20 +81,22 @@ def _is_model_file(name: str) -> bool:
     return name in MODEL_FILE_NAMES or name.endswith(MODEL_FILE_SUFFIXES)
 
 
-def evaluate_model(config, dataset_ref: dict[str, Any], adapter_dir: str | None, model_key: str) -> dict[str, Any]:
+def evaluate_model(config, dataset_ref: BuiltDataset | dict[str, Any], adapter_dir: str | None,
+                   model_key: str) -> dict[str, Any]:
     """Score a model on the validation split; cached under `<pipeline_cache_dir>/evaluate/<key>/`.
 
     A dataset built without a validation split is not an error: the result then has no metrics and says why in
     "skipped"."""
-    key = eval_fingerprint(config, model_key, str(dataset_ref.get("fingerprint", "")))
-    if dataset_ref.get("eval_rows") == 0:  # LLaMA-Factory's examples hold none: the run is simply not evaluated
+    dataset = BuiltDataset.from_stored(dataset_ref)
+    key = eval_fingerprint(config, model_key, dataset.fingerprint)
+    if dataset.eval_rows == 0:  # LLaMA-Factory's examples hold none: the run is simply not evaluated
         return {"metrics": {}, "skipped": NO_VALIDATION, "fingerprint": key, "path": None, "cache_hit": False,
                 "num_samples": 0}
 
     def build(folder: Path) -> dict[str, Any]:
         from tuneline.evaluation.run import run_evaluation
 
-        result = run_evaluation(config, dataset_ref, adapter_dir)
+        result = run_evaluation(config, dataset, adapter_dir)
         _write_json(folder / EVAL_METRICS, result["metrics"])
         if result.get("predictions"):
             _write_jsonl(folder / EVAL_PREDICTIONS, result["predictions"])

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneline.config import RunConfig, dump_config
+from tuneline.content.records import BuiltDataset, ReferenceLogps
 from tuneline.pipeline.follow_log import TrainerLogReader
 from tuneline.pipeline.launch import TrainingFailed, launch_command
 from tuneline.pipeline.records import TrainResult
@@ -86,20 +87,13 @@ def finished_compatible(output_dir: Path, resume_key: str | None, config: RunCon
     return done
 
 
-def finished_for(config: RunConfig, key: str, dataset_ref: dict, reference_ref: dict | None) -> bool:
+def finished_for(config: RunConfig, key: str, dataset: BuiltDataset, reference: ReferenceLogps | None) -> bool:
     """Whether output_dir holds a finished training that stands for `key`: that exact one, or one that differs
     only in what does not shape the weights (the train step's cached result is then still whole)."""
     if training_complete(config.output_dir, key):
         return True
-    done, resume_key = finished_run(config.output_dir), _resume_key(config, dataset_ref, reference_ref)
+    done, resume_key = finished_run(config.output_dir), _resume_key(config, dataset, reference)
     return bool(done and resume_key and done.get("resume_key") == resume_key)
-
-
-def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
-    """The dataset the child trains on: the reference step's copy (with ref log-probs) when it made one."""
-    if reference_ref and reference_ref.get("needed") and reference_ref.get("path"):
-        return reference_ref["path"]
-    return dataset_ref["path"]
 
 
 @dataclass
@@ -141,7 +135,7 @@ class Launch:
         return _reference(run, self.config.output_dir)
 
 
-def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
+def prepare_training(config: RunConfig, dataset: BuiltDataset, reference: ReferenceLogps | None, key: str,
                      mlflow_run_id: str | None, tracking_uri: str | None, on_line: Callable[[str], None] = print,
                      on_progress: Callable[[dict], None] | None = None, start_fresh: bool = False) -> Launch:
     """What training (or resuming) into config.output_dir takes: the child's command, or a finished training.
@@ -150,7 +144,7 @@ def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict |
     """
     output_dir = config.output_dir
     refuse_if_in_use(output_dir)
-    resume_key = _resume_key(config, dataset_ref, reference_ref)
+    resume_key = _resume_key(config, dataset, reference)
     launch = Launch(config, key, resume_key, mlflow_run_id, on_line, on_progress)
     if start_fresh:
         if moved := start_over(output_dir, config.pipeline.discard_checkpoints):
@@ -165,7 +159,7 @@ def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict |
     # credentials stay out of the resolved config, which the run logs to MLflow; the child never publishes, and
     # reads a gated model's token from the environment, where huggingface_hub looks for it
     config_path = dump_config(config.without_secrets(), output_dir / RESOLVED_CONFIG)
-    launch.command = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
+    launch.command = launch_command(config, config_path, reference.training_data(dataset) if reference else dataset.path)
     launch.env = {**os.environ, TRAIN_KEY_ENV: key, **({RESUME_KEY_ENV: resume_key} if resume_key else {})}
     if config.model.hf_hub_token:
         launch.env["HF_TOKEN"] = config.model.hf_hub_token
@@ -183,13 +177,10 @@ def _reference(run: dict, output_dir: Path) -> TrainResult:
                        mlflow_run_id=run.get("mlflow_run_id"), resume_key=run.get("resume_key"))
 
 
-def _resume_key(config: RunConfig, dataset_ref: dict, reference_ref: dict | None) -> str | None:
-    """None where the dataset reference has no fingerprint (a hand-made reference): then only the exact key resumes."""
-    if not dataset_ref.get("fingerprint"):
-        return None
+def _resume_key(config: RunConfig, dataset: BuiltDataset, reference: ReferenceLogps | None) -> str:
     from tuneline.pipeline import keys
 
-    return keys.resume_key(config, dataset_ref["fingerprint"], (reference_ref or {}).get("fingerprint"))
+    return keys.resume_key(config, dataset.fingerprint, reference.fingerprint if reference else None)
 
 
 def _read_metrics(output_dir: Path) -> dict[str, float]:

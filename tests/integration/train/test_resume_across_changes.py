@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.support.training import make_config, train_step
+from tuneline.content.records import BuiltDataset
 from tuneline.errors import UserError
 from tuneline.runtime.contract import LockHeld, read_run_file
 from tuneline.train.checkpoints import complete_checkpoints
@@ -132,7 +133,7 @@ def test_a_second_run_on_a_busy_output_dir_is_refused_naming_the_running_one(tin
         assert holder.stdout.readline().strip() == "locked"
         config = make_config(tiny_model_dir, out)
         with pytest.raises(LockHeld, match=f"pid {holder.pid} on host .*MLflow run run-abc, run 'nightly'"):
-            prepare_training(config, {"path": "unused", "fingerprint": "d"}, None, "k", None, None, on_line=print)
+            prepare_training(config, BuiltDataset("unused", "d"), None, "k", None, None, on_line=print)
         assert not (out / "tuneline_config.yaml").exists()  # refused before writing anything there
     finally:
         holder.kill()
@@ -152,7 +153,7 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
 
     def run(**overrides) -> tuple[dict, list[str]]:
         config = make_config(tiny_model_dir, out, **{**SETTINGS, **overrides})
-        reference = {"fingerprint": keys.reference_key(config, data["fingerprint"])}
+        reference = {"needed": False, "fingerprint": keys.reference_key(config, data["fingerprint"])}
         lines: list[str] = []
         key = keys.train_key(config, data["fingerprint"], reference["fingerprint"])
         return train_step(config, data, reference, key, None, None, on_line=lines.append), lines
