@@ -88,10 +88,11 @@ def train(config: RunConfig, dataset: BuiltDataset, reference: ReferenceLogps, r
     try:
         if launch.command:  # else a finished training stands for this key
             run_streaming(launch.command, launch.env, launch.forward)
+        result = launch.result()
     finally:
+        launch.release()  # the output_dir's lock, taken once for this training (also by a retry)
         if bar:
             bar.close()
-    result = launch.result()
     show_progress(100.0)
     record_training(run, config, result)
     return result

@@ -136,9 +136,12 @@ def train_step(config, dataset: dict, reference: dict | None, key: str, mlflow_r
     launch = prepare_training(config, BuiltDataset.from_stored(dataset),
                               ReferenceLogps.from_stored(reference) if reference else None, key, mlflow_run_id,
                               tracking_uri, on_line=on_line)
-    if launch.command:
-        run_streaming(launch.command, launch.env, launch.forward)
-    return launch.result()
+    try:
+        if launch.command:
+            run_streaming(launch.command, launch.env, launch.forward)
+        return launch.result()
+    finally:
+        launch.release()
 
 
 # LLaMA-Factory's image demo data: mllm_demo (sft) as 0.9.5 ships it, and the rlhf_v pairs beside the media copy

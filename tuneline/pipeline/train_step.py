@@ -25,6 +25,7 @@ from tuneline.pipeline.records import TrainResult
 from tuneline.runtime.contract import (
     COMPLETE,
     ERROR_PREFIX,
+    LOCKED_ENV,
     LOG_FILE,
     RESUME_KEY_ENV,
     RUN_FILE,
@@ -53,24 +54,6 @@ def worth_retrying(error: BaseException) -> bool:
     if not isinstance(error, TrainingFailed) or ERROR_PREFIX in str(error):
         return False
     return error.returncode < 0 or any(CRASH_SIGNS.search(line) for line in error.tail)
-
-
-def start_over(output_dir: Path, discard: bool = False) -> str | None:
-    """`refresh_cache` means train again from step 0: this output_dir's checkpoints and results are moved aside
-    to `<output_dir>.superseded-<time>/`, or deleted when the user named it (`discard_checkpoints`)."""
-    if not output_dir.is_dir():
-        return None
-    lock = OutputDirLock(output_dir)  # a trainer still running there makes this fail with its holder named
-    try:
-        return replace_old_run(output_dir, discard, "'refresh_cache' trains again from step 0")
-    finally:
-        lock.release()
-
-
-def refuse_if_in_use(output_dir: Path) -> None:
-    """A second run on an output_dir where a training runs is refused before it writes anything there."""
-    if output_dir.is_dir():
-        OutputDirLock(output_dir).release()  # raises LockHeld naming the running one
 
 
 def finished_compatible(output_dir: Path, resume_key: str | None, config: RunConfig,
@@ -104,14 +87,21 @@ class Launch:
 
     config: RunConfig
     key: str
-    resume_key: str | None
+    resume_key: str
     mlflow_run_id: str | None
+    tracking_uri: str | None
     on_line: Callable[[str], None]
     on_progress: Callable[[dict], None] | None
+    lock: OutputDirLock | None = None
     finished: TrainResult | None = None
     command: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     progress: TrainerLogReader | None = None
+
+    def release(self) -> None:
+        """The output_dir's lock, held from `prepare_training` until the child ended (and its result was read)."""
+        if self.lock is not None:
+            self.lock.release()
 
     def forward(self, line: str) -> None:
         """A line of the child to `on_line`; the newest trainer_log.jsonl entry to `on_progress`, at most every
@@ -140,33 +130,46 @@ def prepare_training(config: RunConfig, dataset: BuiltDataset, reference: Refere
                      on_progress: Callable[[dict], None] | None = None, start_fresh: bool = False) -> Launch:
     """What training (or resuming) into config.output_dir takes: the child's command, or a finished training.
 
+    The training's one lock on output_dir is taken here, before anything is written or launched (another trainer
+    there is refused, named), and held until `Launch.release`; the child finds it held for it (LOCKED_ENV).
     `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains again from step 0.
     """
     output_dir = config.output_dir
-    refuse_if_in_use(output_dir)
-    resume_key = _resume_key(config, dataset, reference)
-    launch = Launch(config, key, resume_key, mlflow_run_id, on_line, on_progress)
-    if start_fresh:
-        if moved := start_over(output_dir, config.pipeline.discard_checkpoints):
-            on_line(moved)
-    elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
-        launch.finished = _reference(finished_run(output_dir), output_dir)
-        return launch
-    elif (kept := finished_compatible(output_dir, resume_key, config, on_line)) is not None:
-        launch.finished = _reference(kept, output_dir)
-        return launch
-    output_dir.mkdir(parents=True, exist_ok=True)
+    lock = OutputDirLock(output_dir, mlflow_run_id=mlflow_run_id, run_name=config.pipeline.run_name)
+    try:
+        launch = Launch(config, key, _resume_key(config, dataset, reference), mlflow_run_id, tracking_uri, on_line,
+                        on_progress, lock)
+        if start_fresh:
+            if moved := replace_old_run(output_dir, config.pipeline.discard_checkpoints,
+                                        "'refresh_cache' trains again from step 0"):
+                on_line(moved)
+        elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
+            launch.finished = _reference(finished_run(output_dir), output_dir)
+        elif (kept := finished_compatible(output_dir, launch.resume_key, config, on_line)) is not None:
+            launch.finished = _reference(kept, output_dir)
+        if launch.finished is None:
+            _prepare_child(launch, dataset, reference)
+    except BaseException:
+        lock.release()
+        raise
+    if launch.finished is not None:
+        launch.release()
+    return launch
+
+
+def _prepare_child(launch: Launch, dataset: BuiltDataset, reference: ReferenceLogps | None) -> None:
+    config, output_dir = launch.config, launch.config.output_dir
     # credentials stay out of the resolved config, which the run logs to MLflow; the child never publishes, and
     # reads a gated model's token from the environment, where huggingface_hub looks for it
     config_path = dump_config(config.without_secrets(), output_dir / RESOLVED_CONFIG)
     launch.command = launch_command(config, config_path, reference.training_data(dataset) if reference else dataset.path)
-    launch.env = {**os.environ, TRAIN_KEY_ENV: key, **({RESUME_KEY_ENV: resume_key} if resume_key else {})}
+    launch.env = {**os.environ, TRAIN_KEY_ENV: launch.key, RESUME_KEY_ENV: launch.resume_key,
+                  LOCKED_ENV: str(output_dir.resolve())}
     if config.model.hf_hub_token:
         launch.env["HF_TOKEN"] = config.model.hf_hub_token
-    if mlflow_run_id:
-        launch.env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri)})
+    if launch.mlflow_run_id:
+        launch.env.update({"MLFLOW_RUN_ID": launch.mlflow_run_id, "MLFLOW_TRACKING_URI": str(launch.tracking_uri)})
     launch.progress = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)  # before the child can touch it
-    return launch
 
 
 def _reference(run: dict, output_dir: Path) -> TrainResult:

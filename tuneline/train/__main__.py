@@ -73,7 +73,8 @@ def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
             try:
                 restore_into_run_file(config)  # empty output_dir: fetch the run's last checkpoint from MLflow
             except BaseException:
-                lock.release()
+                if lock is not None:
+                    lock.release()
                 raise
     wait_for_everyone()
     resumed = (read_run_file(config.output_dir) or {}).get("resumed_from")

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from tests.support.training import make_config, train_step
 from tuneline.content.records import BuiltDataset
 from tuneline.errors import UserError
-from tuneline.runtime.contract import LockHeld, read_run_file
+from tuneline.runtime.contract import LOCKED_ENV, LockHeld, read_run_file
 from tuneline.train.checkpoints import complete_checkpoints
 from tuneline.train.output_dir import decide_resume, prepare_output_dir
 
@@ -138,6 +138,36 @@ def test_a_second_run_on_a_busy_output_dir_is_refused_naming_the_running_one(tin
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_train_step_holds_the_lock_for_its_child_which_takes_it_no_second_time(tiny_model_dir, tmp_path,
+                                                                                   monkeypatch):
+    """One lock per training: the flow's side takes it before writing anything and holds it while its child runs;
+    a second start meanwhile is refused naming the first, the child (told so in its environment) does not take it
+    again, and a child started alone takes it for itself."""
+    from tuneline.pipeline.train_step import prepare_training
+
+    out = tmp_path / "out"
+    config = make_config(tiny_model_dir, out, run_name="nightly")
+    first = prepare_training(config, BuiltDataset("data", "d"), None, "k", "run-abc", None, on_line=print)
+    try:
+        assert first.command and first.env[LOCKED_ENV] == str(out.resolve())
+        written = (out / "tuneline_config.yaml").stat().st_mtime_ns
+        with pytest.raises(LockHeld, match=f"pid {os.getpid()} on host .*MLflow run run-abc, run 'nightly'"):
+            prepare_training(config, BuiltDataset("data", "d"), None, "k2", None, None, on_line=print)
+        assert (out / "tuneline_config.yaml").stat().st_mtime_ns == written  # refused before writing anything
+        monkeypatch.setenv(LOCKED_ENV, first.env[LOCKED_ENV])  # as the child's environment holds it
+        lock, resume = prepare_output_dir(config, "k", "run-abc", "resume-k")
+        assert lock is None and resume is None and read_run_file(out)["status"] == "running"
+    finally:
+        first.release()
+    monkeypatch.delenv(LOCKED_ENV)
+    alone, _ = prepare_output_dir(config, "k", None, "resume-k")  # no flow launched it: it locks for itself
+    try:
+        with pytest.raises(LockHeld, match=f"pid {os.getpid()} on host"):
+            prepare_training(config, BuiltDataset("data", "d"), None, "k", None, None, on_line=print)
+    finally:
+        alone.release()
 
 
 def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_model_dir, tmp_path):
