@@ -25,7 +25,7 @@ RESULT_FIELDS = {
     "skipped", "num_generated", "model_key", "adapter_dir", "output_dir", "train_key", "mlflow_run_id", "run_id",
     "tracking_uri", "url", "ui_command", "run_key", "work_key",
 }
-IDENTITY_CODE = ("tuneline/identity", "tuneline/runtime/contract.py", "tuneline/pipeline/train_step.py",
+IDENTITY_CODE = ("tuneline/identity", "tuneline/content/code.py", "tuneline/runtime/contract.py", "tuneline/pipeline/train_step.py",
                  "tuneline/train/output_dir.py", "tuneline/pipeline/records.py", "tuneline/content/records.py",
                  "tuneline/pipeline/keys.py")
 

@@ -28,7 +28,8 @@ from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer
 from tuneline.config import RunConfig, load_config
 from tuneline.content.records import BuiltDataset, Evaluation, Prediction, ReferenceLogps, TokenizerInfo
 from tuneline.errors import UserError, report_user_errors
-from tuneline.pipeline import keys, record
+from tuneline.identity import keys
+from tuneline.pipeline import record
 from tuneline.pipeline.preflight import checked_config
 from tuneline.pipeline.records import TrainResult
 from tuneline.pipeline.reward_model_run import reward_model_overrides

@@ -3,7 +3,7 @@ from prefect import task
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.content.records import BuiltDataset, Evaluation
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.records import TrainResult
 
 
@@ -12,9 +12,7 @@ def _model_key(config: RunConfig, trained: TrainResult | None) -> str:
 
 
 def _eval_key(config: RunConfig, dataset: BuiltDataset, trained: TrainResult | None = None) -> str:
-    from tuneline.evaluation import eval_fingerprint
-
-    return eval_fingerprint(config, _model_key(config, trained), dataset.fingerprint)
+    return keys.evaluation_key(config, _model_key(config, trained), dataset.fingerprint)
 
 
 @task(name="evaluate", persist_result=True, cache_key_fn=content_key(_eval_key),

@@ -3,13 +3,11 @@ from prefect import task
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.content.records import BuiltDataset, Prediction
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 
 
 def _predict_key(config: RunConfig, dataset: BuiltDataset) -> str:
-    from tuneline.evaluation import predict_fingerprint
-
-    return predict_fingerprint(config, keys.base_model_key(config), dataset.fingerprint)
+    return keys.predict_key(config, keys.base_model_key(config), dataset.fingerprint)
 
 
 def _in_place(key: str, config: RunConfig, dataset: BuiltDataset) -> bool:

@@ -3,7 +3,7 @@ from prefect import task
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.content.records import BuiltDataset, ReferenceLogps
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.cache_checks import reference_complete
 
 

@@ -3,7 +3,7 @@ from prefect import get_run_logger, task
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.content.records import BuiltDataset, Evaluation
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.publishing import publish_model
 from tuneline.pipeline.record import record_model_card, record_plots
 from tuneline.pipeline.records import MlflowRun, TrainResult

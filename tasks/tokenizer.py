@@ -3,7 +3,7 @@ from prefect import task
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.content.records import TokenizerInfo
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.tokenizer_check import inspect_tokenizer
 
 

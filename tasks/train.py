@@ -8,7 +8,7 @@ from prefect.runtime import task_run
 from tasks.caching import content_key
 from tuneline.config import RunConfig
 from tuneline.content.records import BuiltDataset, ReferenceLogps
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.launch import run_streaming
 from tuneline.pipeline.record import record_training
 from tuneline.pipeline.records import MlflowRun, TrainResult

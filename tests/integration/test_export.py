@@ -114,7 +114,7 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
     from transformers import AutoModelForCausalLM
 
     from tuneline.content.records import Evaluation
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
     from tuneline.pipeline.record import record_results, record_training, start_run
 
     db = tmp_path / "mlflow.db"

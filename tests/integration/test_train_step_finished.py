@@ -8,7 +8,7 @@ import json
 
 from tuneline.config import load_config
 from tuneline.content.records import BuiltDataset
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.records import TrainResult
 from tuneline.pipeline.train_step import prepare_training
 from tuneline.runtime.contract import COMPLETE, read_run_file, write_run_file

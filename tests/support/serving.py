@@ -24,7 +24,7 @@ def register_champion(config, out: Path) -> None:
     """Version 1 of the config's registered model, recorded as the flow records it, with the `champion` alias; `out`
     (the trained output_dir) is deleted, so everything that answers comes from the store."""
     from tuneline.content.records import Evaluation
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
     from tuneline.pipeline.record import record_results, record_training, start_run
     from tuneline.pipeline.records import TrainResult
 

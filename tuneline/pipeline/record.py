@@ -18,7 +18,7 @@ from tuneline.config import RunConfig
 from tuneline.config.args import ADAPTER_TYPES
 from tuneline.content.records import BuiltDataset, Evaluation, Prediction
 from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, PREDICT_RESULTS, not_evaluated
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.records import MlflowRun, TrainResult
 from tuneline.runtime.contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
 

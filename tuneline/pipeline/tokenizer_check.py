@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tuneline.config import RunConfig
 from tuneline.content.records import TokenizerInfo
-from tuneline.identity.keys import tokenizer_key
+from tuneline.identity.config_keys import tokenizer_key
 
 
 def inspect_tokenizer(config: RunConfig) -> TokenizerInfo:

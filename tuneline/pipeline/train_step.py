@@ -181,7 +181,7 @@ def _reference(run: dict, output_dir: Path) -> TrainResult:
 
 
 def _resume_key(config: RunConfig, dataset: BuiltDataset, reference: ReferenceLogps | None) -> str:
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
 
     return keys.resume_key(config, dataset.fingerprint, reference.fingerprint if reference else None)
 

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tuneline.content.code import step_code_version
 from tuneline.content.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.content.records import BuiltDataset
 from tuneline.content.step_cache import cached_step
-from tuneline.identity import step_code_version
 from tuneline.objectives.losses import REFERENCE_FREE
 from tuneline.reference.compute import REF_COLUMNS, TOKEN_COLUMNS
 from tuneline.reference.rows import visit_plan, visited_rows

@@ -56,7 +56,7 @@ def dataset_reference(config, path: str | None) -> dict:
 
 def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
     """Process 0 locks output_dir and decides the resume point; the others read it from run.json."""
-    from tuneline.identity.keys import standalone_key
+    from tuneline.identity.config_keys import standalone_key
     from tuneline.runtime.contract import read_run_file
     from tuneline.train.output_dir import prepare_output_dir
 

@@ -70,7 +70,7 @@ def test_a_plain_resume_says_where_it_resumes(tiny_model_dir, tmp_path, caplog):
 def test_the_mlflow_run_follows_what_resumes_and_a_finished_run_the_exact_work(tiny_model_dir, tmp_path):
     """keys.run_key (which MLflow run a start continues) moves with the resume key and output_dir; keys.work_key
     (which finished run is this config's result) with every setting of the train key."""
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
 
     def mlflow_keys(output_dir: Path = tmp_path / "out", **overrides) -> tuple[str, str]:
         config = make_config(tiny_model_dir, output_dir, **overrides)
@@ -175,7 +175,7 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
     reruns with other logging/saving (resumes, its global step continues), after it finished (kept), and with
     another learning rate (the old run moved aside, a fresh start)."""
     from tuneline.data import build_dataset
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
     from tuneline.runtime.contract import RUN_FILE, write_run_file
 
     out = tmp_path / "out"
@@ -224,11 +224,10 @@ def test_an_edit_of_the_training_code_reruns_the_step_but_resumes_into_the_same_
         f"import sys; sys.path.append({str(Path(__file__).parents[3])!r})\n"  # the repo, after the edited copy
         "from pathlib import Path\n"
         "from tests.support.training import make_config\n"
-        "from tuneline.identity.keys import standalone_key\n"
-        "from tuneline.pipeline import keys\n"
+        "from tuneline.identity import keys\n"
         f"c = make_config(Path({str(tiny_model_dir)!r}), Path({str(tmp_path / 'out')!r}))\n"
         "print(keys.train_key(c, 'd', 'r'), keys.resume_key(c, 'd', 'r'), keys.run_key(c, 'd'),"
-        " standalone_key(c, {'fingerprint': 'd'}))\n"
+        " keys.standalone_key(c, {'fingerprint': 'd'}))\n"
     )
 
     def step_keys() -> list[str]:
