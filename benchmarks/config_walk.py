@@ -87,9 +87,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="config-walk-") as tmp:
         walk = walk_to_launch(*prepared_steps(args.config, Path(tmp)))
-    modules = {module for module, _ in walk.calls}
-    print(f"config walk, train task to launch ({Path(args.config).name}): {sum(walk.calls.values())} calls, "
-          f"{len(walk.calls)} functions, {len(modules)} modules")
+    for what, calls in (("", walk.calls), (" less the config's own methods", {
+            (module, name): n for (module, name), n in walk.calls.items() if not name.startswith("RunConfig.")})):
+        print(f"config walk, train task to launch ({Path(args.config).name}){what}: {sum(calls.values())} calls, "
+              f"{len(calls)} functions, {len({module for module, _ in calls})} modules")
     if args.show:
         for (module, name), n in sorted(walk.calls.items()):
             print(f"  {n:3d}  {module}:{name}")

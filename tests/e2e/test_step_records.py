@@ -14,7 +14,6 @@ from prefect.settings import PREFECT_API_URL
 
 from tests.support.stored_step_flow import FIELDS, run_stored_steps
 from tuneline.content.records import BuiltDataset, ReferenceLogps
-from tuneline.data.build import REF_KEYS
 from tuneline.pipeline.records import TrainResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,10 +55,6 @@ def test_each_record_is_its_fields_and_nothing_else(cls):
         record.output_path  # noqa: B018 - a field that does not exist fails here, not in a user's run
     with pytest.raises(dataclasses.FrozenInstanceError):
         record.fingerprint = "changed"
-
-
-def test_the_dataset_record_holds_every_field_the_build_stores():
-    assert set(REF_KEYS) <= {f.name for f in dataclasses.fields(BuiltDataset)}
 
 
 def test_the_child_trains_on_the_reference_copy_only_when_one_was_made():

@@ -22,12 +22,10 @@ from tuneline.errors import DataError
 
 STEP = "build-dataset"
 INPUTS_FILE = "fingerprint_inputs.json"
-REF_KEYS = ("path", "fingerprint", "stage", "train_rows", "eval_rows", "bad_rows", "truncated_rows", "cache_hit",
-            "tokens")
 
 
 def build_dataset(config: RunConfig) -> dict[str, Any]:
-    """Reference {path, fingerprint, stage, train_rows, eval_rows, bad_rows, cache_hit, tokens}."""
+    """The step's result as a dict: the fields of its record (BuiltDataset)."""
     inputs = fingerprint_inputs(config)
     key = fingerprint(inputs)
     location = config.data.tokenized_path
@@ -38,7 +36,7 @@ def build_dataset(config: RunConfig) -> dict[str, Any]:
         check_tokenized_path(Path(location), key, inputs)
     ref = cached_step(config.pipeline.pipeline_cache_dir, STEP, key, lambda folder: _build(config, folder, inputs),
                       refresh=refresh, location=location)
-    return {k: ref.get(k) for k in REF_KEYS}
+    return BuiltDataset.from_stored(ref).to_dict()  # the step's record, less the cache entry's bookkeeping
 
 
 def damaged_file(location: Path) -> str | None:

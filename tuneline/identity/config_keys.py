@@ -8,7 +8,6 @@ that does not change what its optimisation depends on."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tuneline.config import RunConfig
@@ -65,26 +64,14 @@ def work_key(config: RunConfig, run_key: str) -> str:
     return fingerprint("work", run_key, training_slice(config))
 
 
-STANDALONE_VERSION = "train-1"  # a training the child runs alone: part of its key, bumped by hand only
-
-
 def standalone_key(config: RunConfig, dataset_ref: dict[str, Any] | None) -> str:
-    """The key of a training when the child runs alone (no flow gave it the step's keys); it serves as the resume key
-    too, so like the resume key it holds no code version: an edit of the code resumes the run's checkpoints."""
-    from tuneline.model.fingerprint import model_fingerprint
-
-    model_fp = model_fingerprint(config, Path(config.pipeline.pipeline_cache_dir) / "hashes")
-    neutral = weight_neutral_keys(config)
-    shaping = {}
-    for group in (config.model, config.finetuning):
-        shaping.update({k: v for k, v in vars(group).items() if k not in neutral})
-    shaping.update({k: v for k, v in config.training.items() if k not in neutral})
-    data_fp = (dataset_ref or {}).get("fingerprint") or (dataset_ref or {}).get("path")
-    return fingerprint(STANDALONE_VERSION, model_fp, data_fp, shaping)
+    """The key of a training when the child runs alone (no flow gave it the step's keys): the resume key of its data
+    (by fingerprint, or the folder named to it) without a reference step, serving as both keys, so an edit of the
+    code resumes the run's checkpoints."""
+    data = dataset_ref or {}
+    return resume_key(config, data.get("fingerprint") or data.get("path"), None)
 
 
-# Bump when a metric's meaning changes; edits to the evaluation sources also change keys (its code version).
-EVAL_VERSION = "1"
 # The config keys that change an evaluation's result (besides the model and the data).
 EVAL_KEYS = ("stage", "cutoff_len", "template", "eval_max_samples", "eval_max_new_tokens",
              "per_device_eval_batch_size", "seed")
@@ -98,11 +85,10 @@ def evaluation_key(config: RunConfig, model_key: str, dataset_fp: str) -> str:
     reward_model = reward_model_fingerprint(config, memo_dir(config))  # memoised: a large reward model is read once
     sampled = PPO_EVAL_KEYS + (GRPO_EVAL_KEYS if config.stage in ("grpo", "rloo") else ())
     sampling = config.slice(*sampled) if reward_model else None
-    return fingerprint("evaluate", EVAL_VERSION, step_code_version("evaluate"), model_key, dataset_fp,
+    return fingerprint("evaluate", step_code_version("evaluate"), model_key, dataset_fp,
                        config.slice(*EVAL_KEYS), reward_model, sampling)
 
 
-PREDICT_VERSION = "1"
 # What changes the answers besides the model and the data: how rows are encoded and batched, and how to generate.
 PREDICT_KEYS = ("stage", "cutoff_len", "template", "per_device_eval_batch_size", "seed", "do_sample", "temperature",
                 "top_p", "top_k", "num_beams", "max_new_tokens", "repetition_penalty", "length_penalty",
@@ -110,5 +96,5 @@ PREDICT_KEYS = ("stage", "cutoff_len", "template", "per_device_eval_batch_size",
 
 
 def predict_key(config: RunConfig, model_key: str, dataset_fp: str) -> str:
-    return fingerprint("predict", PREDICT_VERSION, step_code_version("predict"), model_key, dataset_fp,
+    return fingerprint("predict", step_code_version("predict"), model_key, dataset_fp,
                        config.slice(*PREDICT_KEYS))

@@ -37,7 +37,6 @@ from tuneline.runtime.contract import (
     read_run_file,
     recorded_settings,
     replace_old_run,
-    training_complete,
 )
 
 RESOLVED_CONFIG = "tuneline_config.yaml"
@@ -56,27 +55,23 @@ def worth_retrying(error: BaseException) -> bool:
     return error.returncode < 0 or any(CRASH_SIGNS.search(line) for line in error.tail)
 
 
-def finished_compatible(output_dir: Path, resume_key: str | None, config: RunConfig,
-                        on_line: Callable[[str], None]) -> dict | None:
-    """A finished training whose key differs only in what does not shape the weights (logging, saving, code):
-    its result stands for this key too, instead of training again from step 0. run.json stays the child's."""
+def standing_run(output_dir: Path, key: str, resume_key: str) -> dict | None:
+    """run.json of a finished training in output_dir that stands for `key`: that exact one, or one whose key differs
+    only in what does not shape the weights (logging, saving, code), kept instead of training again from step 0."""
     done = finished_run(output_dir)
-    if not done or not resume_key or done.get("resume_key") != resume_key:
-        return None
-    changes = changed_settings(done.get("settings"), recorded_settings(config))
-    why = f"settings changed: {describe_changes(changes)}" if changes else "tuneline's training code changed"
-    on_line(f"output_dir '{output_dir}': the finished training is kept, as nothing that shapes its weights "
-            f"changed ({why}); set 'refresh_cache: true' to train again")
-    return done
+    return done if done and (done.get("train_key") == key or done.get("resume_key") == resume_key) else None
 
 
 def finished_for(config: RunConfig, key: str, dataset: BuiltDataset, reference: ReferenceLogps | None) -> bool:
-    """Whether output_dir holds a finished training that stands for `key`: that exact one, or one that differs
-    only in what does not shape the weights (the train step's cached result is then still whole)."""
-    if training_complete(config.output_dir, key):
-        return True
-    done, resume_key = finished_run(config.output_dir), _resume_key(config, dataset, reference)
-    return bool(done and resume_key and done.get("resume_key") == resume_key)
+    """Whether the train step's cached result for `key` is still whole."""
+    return standing_run(config.output_dir, key, _resume_key(config, dataset, reference)) is not None
+
+
+def _kept(done: dict, config: RunConfig) -> str:
+    changes = changed_settings(done.get("settings"), recorded_settings(config))
+    why = f"settings changed: {describe_changes(changes)}" if changes else "tuneline's training code changed"
+    return (f"output_dir '{config.output_dir}': the finished training is kept, as nothing that shapes its weights "
+            f"changed ({why}); set 'refresh_cache: true' to train again")
 
 
 @dataclass
@@ -143,10 +138,10 @@ def prepare_training(config: RunConfig, dataset: BuiltDataset, reference: Refere
             if moved := replace_old_run(output_dir, config.pipeline.discard_checkpoints,
                                         "'refresh_cache' trains again from step 0"):
                 on_line(moved)
-        elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
-            launch.finished = _reference(finished_run(output_dir), output_dir)
-        elif (kept := finished_compatible(output_dir, launch.resume_key, config, on_line)) is not None:
-            launch.finished = _reference(kept, output_dir)
+        elif done := standing_run(output_dir, key, launch.resume_key):  # e.g. the orchestrator lost its record
+            if done.get("train_key") != key:
+                on_line(_kept(done, config))
+            launch.finished = _reference(done, output_dir)
         if launch.finished is None:
             _prepare_child(launch, dataset, reference)
     except BaseException:

@@ -42,6 +42,13 @@ def die_with_parent(signum: int = signal.SIGKILL) -> bool:
         return False
 
 
+def die_with_parent_if_asked() -> None:
+    """In a process launched with DIE_WITH_PARENT_ENV set: dies with its parent, at once where the parent died
+    before prctl took effect (this process is then the init process's)."""
+    if os.environ.get(DIE_WITH_PARENT_ENV) == "1" and die_with_parent() and os.getppid() == 1:
+        os._exit(1)
+
+
 # --- run.json and the lock (the settings that do not shape the weights: tuneline.identity.settings)
 RUN_FILE = "run.json"
 LOCK_FILE = ".tuneline.lock"
