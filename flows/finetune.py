@@ -26,8 +26,10 @@ from orchestration.server_lost import exit_now, is_server_lost, quiet_while_serv
 from orchestration.user_errors import show_user_errors_without_traceback
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer, model_card, plot, predict, train
 from tuneline.config import RunConfig, load_config
+from tuneline.content.records import BuiltDataset, Evaluation, Prediction, ReferenceLogps, TokenizerInfo
 from tuneline.errors import UserError, report_user_errors
-from tuneline.pipeline import keys, record
+from tuneline.identity import keys
+from tuneline.pipeline import record
 from tuneline.pipeline.preflight import checked_config
 from tuneline.pipeline.records import TrainResult
 from tuneline.pipeline.reward_model_run import reward_model_overrides
@@ -78,21 +80,22 @@ def finetune(config_path: str, settings: Settings | None = None, overrides: list
     run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, _flow_run_url(),
                            parent_run_id=mlflow_parent_run_id)
 
-    tokenizer = load_tokenizer.with_options(**cache)(config)
-    dataset = build_dataset.with_options(**cache)(config, tokenizer)
+    # each step's record (`from_stored`: also the plain dict an earlier tuneline left in Prefect's result store)
+    tokenizer = TokenizerInfo.from_stored(load_tokenizer.with_options(**cache)(config))
+    dataset = BuiltDataset.from_stored(build_dataset.with_options(**cache)(config, tokenizer))
     record.record_dataset(run, config, dataset)
-    reference = build_reference_model.with_options(**cache)(config, dataset)
-    trained = TrainResult.from_stored(train.with_options(**cache)(config, dataset, reference, run))  # or an old dict
-    base_eval = evaluate.with_options(task_run_name="evaluate base", **cache)(config, dataset)
-    tuned_eval = evaluate.with_options(task_run_name="evaluate tuned", **cache)(config, dataset, trained)
+    reference = ReferenceLogps.from_stored(build_reference_model.with_options(**cache)(config, dataset))
+    trained = TrainResult.from_stored(train.with_options(**cache)(config, dataset, reference, run))
+    base_eval = Evaluation.from_stored(evaluate.with_options(task_run_name="evaluate base", **cache)(config, dataset))
+    tuned_eval = Evaluation.from_stored(
+        evaluate.with_options(task_run_name="evaluate tuned", **cache)(config, dataset, trained))
     plots = plot.with_options(**cache)(config, trained, run)
     card = model_card.with_options(**cache)(config, trained, base_eval, tuned_eval, plots, dataset, run)
 
-    version = record.record_results(run, config, base_eval, tuned_eval, dataset["fingerprint"])
+    version = record.record_results(run, config, base_eval, tuned_eval, dataset.fingerprint)
     publish_run_artifacts(config, run, dataset, base_eval, tuned_eval, plots)
     return {"output_dir": trained.output_dir, "mlflow_run_id": run.run_id, "model_card": card,
-            "base": base_eval.get("metrics", {}), "tuned": tuned_eval.get("metrics", {}),
-            "registered_version": version}
+            "base": base_eval.metrics, "tuned": tuned_eval.metrics, "registered_version": version}
 
 
 @flow(name="predict", flow_run_name=_flow_run_name)
@@ -102,15 +105,15 @@ def predict_flow(config_path: str, settings: Settings | None = None, overrides: 
     cache = _cache_options(config)
     run = record.start_run(config, keys.dataset_key(config), runtime.flow_run.id, _flow_run_url())
 
-    tokenizer = load_tokenizer.with_options(**cache)(config)
-    dataset = build_dataset.with_options(**cache)(config, tokenizer)
+    tokenizer = TokenizerInfo.from_stored(load_tokenizer.with_options(**cache)(config))
+    dataset = BuiltDataset.from_stored(build_dataset.with_options(**cache)(config, tokenizer))
     record.record_dataset(run, config, dataset)
-    predicted = predict.with_options(**cache)(config, dataset)
+    predicted = Prediction.from_stored(predict.with_options(**cache)(config, dataset))
 
     record.record_predictions(run, predicted)
     publish_prediction_artifacts(config, run, dataset, predicted)
-    return {"output_dir": predicted["output_dir"], "mlflow_run_id": run.run_id, "predict": predicted["metrics"],
-            "num_samples": predicted["num_samples"], "cache_hit": predicted.get("cache_hit", False)}
+    return {"output_dir": predicted.output_dir, "mlflow_run_id": run.run_id, "predict": predicted.metrics,
+            "num_samples": predicted.num_samples, "cache_hit": predicted.cache_hit}
 
 
 def main(args) -> int:

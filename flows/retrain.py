@@ -23,6 +23,7 @@ from tasks import build_dataset, evaluate, load_tokenizer
 from tuneline import tracking
 from tuneline.config import RunConfig
 from tuneline.content.fingerprint import fingerprint
+from tuneline.content.records import BuiltDataset, Evaluation, TokenizerInfo
 from tuneline.errors import ConfigError
 from tuneline.evaluation.metric_names import metric_problems
 from tuneline.pipeline import promotion, record
@@ -51,11 +52,11 @@ def _champion_score(config: RunConfig, champion: dict, metric: str, uri: str) ->
     folder = Path(config.pipeline.pipeline_cache_dir) / "registry" / name / version
     model_dir = tracking.download_version(uri, name, version, folder)
     cache = {"result_storage": Path(config.pipeline.pipeline_cache_dir).resolve() / "prefect-results"}
-    tokenizer = load_tokenizer.with_options(**cache)(config)
-    dataset = build_dataset.with_options(**cache)(config, tokenizer)
+    tokenizer = TokenizerInfo.from_stored(load_tokenizer.with_options(**cache)(config))
+    dataset = BuiltDataset.from_stored(build_dataset.with_options(**cache)(config, tokenizer))
     trained = TrainResult(str(model_dir), fingerprint("registered", name, version, champion["run_id"]))
     scored = evaluate.with_options(task_run_name=f"evaluate champion v{version}", **cache)(config, dataset, trained)
-    return scored.get("metrics", {}).get(metric)
+    return Evaluation.from_stored(scored).metrics.get(metric)
 
 
 def promote(uri: str, name: str, new: str, champion: dict | None,

@@ -20,6 +20,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.finetune import _cache_options, _flow_run_url, finetune
 from orchestration.concurrency import ensure_gpu_limit
 from tasks import build_dataset, build_reference_model, evaluate, load_tokenizer
+from tuneline.content.records import BuiltDataset, TokenizerInfo
 from tuneline.pipeline import sweep_record
 from tuneline.pipeline.preflight import checked_config
 from tuneline.pipeline.sweep_grid import SweepPoint, plan_sweep, shared_steps_key, shares_reward_model_steps
@@ -39,8 +40,8 @@ def _prepare_shared_steps(points: list[SweepPoint]) -> None:
             continue
         seen.add(key)
         config, cache = point.config, _cache_options(point.config)
-        tokenizer = load_tokenizer.with_options(**cache)(config)
-        dataset = build_dataset.with_options(**cache)(config, tokenizer)
+        tokenizer = TokenizerInfo.from_stored(load_tokenizer.with_options(**cache)(config))
+        dataset = BuiltDataset.from_stored(build_dataset.with_options(**cache)(config, tokenizer))
         if shares_reward_model_steps(config):
             build_reference_model.with_options(**cache)(config, dataset)
             evaluate.with_options(task_run_name="evaluate base", **cache)(config, dataset)
@@ -80,7 +81,7 @@ def sweep(config_path: str, grid: dict[str, list | str], samples: int | None = N
     failed = [f"{row['point']}: {row['failed']}" for row in rows if row.get("failed")]
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(rows)} sweep points failed (the others are in MLflow run "
-                           f"{parent['run_id']}; the same sweep again retries them):\n" + "\n".join(failed))
+                           f"{parent.run_id}; the same sweep again retries them):\n" + "\n".join(failed))
     return {"mlflow_run_id": parent.run_id, "url": parent.url, "best_run_id": best.get("run_id"),
             "best_point": best.get("point"), "rows": rows,
             "table": sweep_record.markdown_table(rows, best or None)}

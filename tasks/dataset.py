@@ -2,7 +2,8 @@ from prefect import task
 
 from tasks.caching import content_key
 from tuneline.config import RunConfig
-from tuneline.pipeline import keys
+from tuneline.content.records import BuiltDataset, TokenizerInfo
+from tuneline.identity import keys
 from tuneline.pipeline.cache_checks import dataset_complete
 
 
@@ -10,8 +11,8 @@ from tuneline.pipeline.cache_checks import dataset_complete
       cache_key_fn=content_key(lambda config, tokenizer: keys.dataset_key(config),
                                lambda key, config, tokenizer: dataset_complete(config, key)),
       persist_result=True)
-def build_dataset(config: RunConfig, tokenizer: dict) -> dict:
+def build_dataset(config: RunConfig, tokenizer: TokenizerInfo) -> BuiltDataset:
     """Tokenize for the stage and store by content; returns path, fingerprint and row counts."""
     from tuneline.data import build_dataset as build
 
-    return build(config)
+    return BuiltDataset.from_stored(build(config))

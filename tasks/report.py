@@ -2,7 +2,8 @@ from prefect import get_run_logger, task
 
 from tasks.caching import content_key
 from tuneline.config import RunConfig
-from tuneline.pipeline import keys
+from tuneline.content.records import BuiltDataset, Evaluation
+from tuneline.identity import keys
 from tuneline.pipeline.publishing import publish_model
 from tuneline.pipeline.record import record_model_card, record_plots
 from tuneline.pipeline.records import MlflowRun, TrainResult
@@ -19,14 +20,13 @@ def plot(config: RunConfig, trained: TrainResult, run: MlflowRun) -> list[str]:
 
 
 def _card_key(config, trained, base_eval, tuned_eval, plots, dataset, run) -> str:
-    return keys.model_card_key(config, trained.train_key, base_eval["fingerprint"], tuned_eval["fingerprint"],
-                               run.run_id)
+    return keys.model_card_key(config, trained.train_key, base_eval.fingerprint, tuned_eval.fingerprint, run.run_id)
 
 
 @task(name="model-card", persist_result=True, cache_key_fn=content_key(_card_key),
       task_run_name="model-card {config.finetuning.stage}")
-def model_card(config: RunConfig, trained: TrainResult, base_eval: dict, tuned_eval: dict, plots: list[str],
-               dataset: dict, run: MlflowRun) -> str:
+def model_card(config: RunConfig, trained: TrainResult, base_eval: Evaluation, tuned_eval: Evaluation,
+               plots: list[str], dataset: BuiltDataset, run: MlflowRun) -> str:
     """README.md with Hugging Face front matter, before/after results, plots and the MLflow link; with
     `push_to_hub`, the model and this card published to the hub, once (a cached rerun uploads nothing)."""
     path = make_model_card(config, trained, base_eval, tuned_eval, plots, dataset, run)

@@ -7,7 +7,8 @@ from prefect.runtime import task_run
 
 from tasks.caching import content_key
 from tuneline.config import RunConfig
-from tuneline.pipeline import keys
+from tuneline.content.records import BuiltDataset, ReferenceLogps
+from tuneline.identity import keys
 from tuneline.pipeline.launch import run_streaming
 from tuneline.pipeline.record import record_training
 from tuneline.pipeline.records import MlflowRun, TrainResult
@@ -15,8 +16,8 @@ from tuneline.pipeline.terminal_progress import terminal_progress
 from tuneline.pipeline.train_step import finished_for, prepare_training, worth_retrying
 
 
-def _train_key(config: RunConfig, dataset: dict, reference: dict, run: MlflowRun) -> str:
-    return keys.train_key(config, dataset["fingerprint"], reference["fingerprint"])
+def _train_key(config: RunConfig, dataset: BuiltDataset, reference: ReferenceLogps, run: MlflowRun) -> str:
+    return keys.train_key(config, dataset.fingerprint, reference.fingerprint)
 
 
 def whole_percent_steps(update: Callable[[float], object]) -> Callable[[dict], None]:
@@ -64,7 +65,7 @@ def _retry_crashes_only(task, task_run, state) -> bool:
       task_run_name="train {config.finetuning.stage}-{config.finetuning.finetuning_type}",
       cache_key_fn=content_key(_train_key, lambda key, config, dataset, reference, **_: finished_for(
           config, key, dataset, reference)))
-def train(config: RunConfig, dataset: dict, reference: dict, run: MlflowRun) -> TrainResult:
+def train(config: RunConfig, dataset: BuiltDataset, reference: ReferenceLogps, run: MlflowRun) -> TrainResult:
     """Launch (or resume) training in a subprocess; Prefect retries launch again and the child resumes.
 
     The task runs the child itself, so that the streaming is all that sits between it and the training. The child's
@@ -87,10 +88,11 @@ def train(config: RunConfig, dataset: dict, reference: dict, run: MlflowRun) -> 
     try:
         if launch.command:  # else a finished training stands for this key
             run_streaming(launch.command, launch.env, launch.forward)
+        result = launch.result()
     finally:
+        launch.release()  # the output_dir's lock, taken once for this training (also by a retry)
         if bar:
             bar.close()
-    result = launch.result()
     show_progress(100.0)
     record_training(run, config, result)
     return result

@@ -220,7 +220,7 @@ def test_sigkill_during_train_then_same_command_resumes_in_same_mlflow_run(prefe
     proc = subprocess.Popen([sys.executable, "-m", "flows.finetune", str(config_path), f"output_dir={retry_dir}",
                              *overrides[1:]], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(retry_dir / "checkpoint-10", proc)
-    trainer_pid = json.loads((retry_dir / ".tuneline.lock.owner").read_text())["pid"]
+    trainer_pid = json.loads((retry_dir / "run.json").read_text())["pid"]  # the child's (the flow holds the lock)
     os.kill(trainer_pid, signal.SIGKILL)
     assert proc.wait(timeout=300) == 0, "the flow must finish through the train task's retry"
     assert_same_weights(retry_dir, whole_dir)

@@ -15,9 +15,10 @@ import pytest
 from tuneline.config import load_config
 from tuneline.content.step_cache import cached_step
 from tuneline.errors import UserError
-from tuneline.evaluation import eval_fingerprint, evaluate_model, model_content_key, scoring
+from tuneline.evaluation import evaluate_model, model_content_key, scoring
 from tuneline.evaluation.generation import last_labelled_span, split_prompt_answer, text_metrics
 from tuneline.evaluation.scoring import IGNORE_INDEX, label_scores, loss_metrics, pairwise_metrics
+from tuneline.identity.config_keys import evaluation_key
 
 QUESTIONS = ["What is 2+2?", "Reverse abc", "Name a color", "What is 7*6?", "Say hi", "Count to 3"]
 ANSWER, WRONG = "42", "17"
@@ -108,12 +109,12 @@ def trained_dir(model_dir, tokenizer, tmp_path_factory) -> Path:
 # ----------------------------------------------------------------------------- keys
 def test_eval_key_ignores_training_keys_but_not_eval_keys_model_or_data(model_dir, tmp_path):
     base = make_config(model_dir, tmp_path)
-    key = eval_fingerprint(base, "model-a", "data-1")
-    assert eval_fingerprint(make_config(model_dir, tmp_path, learning_rate=1e-3), "model-a", "data-1") == key
-    assert eval_fingerprint(make_config(model_dir, tmp_path, eval_max_samples=9), "model-a", "data-1") != key
-    assert eval_fingerprint(make_config(model_dir, tmp_path, cutoff_len=64), "model-a", "data-1") != key
-    assert eval_fingerprint(base, "model-b", "data-1") != key
-    assert eval_fingerprint(base, "model-a", "data-2") != key
+    key = evaluation_key(base, "model-a", "data-1")
+    assert evaluation_key(make_config(model_dir, tmp_path, learning_rate=1e-3), "model-a", "data-1") == key
+    assert evaluation_key(make_config(model_dir, tmp_path, eval_max_samples=9), "model-a", "data-1") != key
+    assert evaluation_key(make_config(model_dir, tmp_path, cutoff_len=64), "model-a", "data-1") != key
+    assert evaluation_key(base, "model-b", "data-1") != key
+    assert evaluation_key(base, "model-a", "data-2") != key
 
 
 def test_ppo_eval_key_follows_the_reward_model_content_and_the_sampling(model_dir, tmp_path):
@@ -122,12 +123,12 @@ def test_ppo_eval_key_follows_the_reward_model_content_and_the_sampling(model_di
     (reward / "adapter_config.json").write_text("{}")
     (reward / "adapter_model.safetensors").write_bytes(b"reward-1")
     ppo = {"stage": "ppo", "reward_model": str(reward)}
-    key = eval_fingerprint(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1")
+    key = evaluation_key(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1")
     (reward / "trainer_log.jsonl").write_text("{}\n")
-    assert eval_fingerprint(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1") == key
-    assert eval_fingerprint(make_config(model_dir, tmp_path, **ppo, temperature=0.5), "model-a", "data-1") != key
+    assert evaluation_key(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1") == key
+    assert evaluation_key(make_config(model_dir, tmp_path, **ppo, temperature=0.5), "model-a", "data-1") != key
     (reward / "adapter_model.safetensors").write_bytes(b"reward-2")  # the reward model was trained again
-    assert eval_fingerprint(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1") != key
+    assert evaluation_key(make_config(model_dir, tmp_path, **ppo), "model-a", "data-1") != key
 
 
 def test_model_key_follows_weights_not_logs(model_dir, tmp_path):

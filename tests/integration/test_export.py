@@ -113,7 +113,8 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
 
     from transformers import AutoModelForCausalLM
 
-    from tuneline.pipeline import keys
+    from tuneline.content.records import Evaluation
+    from tuneline.identity import keys
     from tuneline.pipeline.record import record_results, record_training, start_run
 
     db = tmp_path / "mlflow.db"
@@ -127,7 +128,7 @@ def test_a_training_config_exports_its_mlflow_run_when_output_dir_is_gone(
     dataset_fp = keys.dataset_key(config)
     run = start_run(config, dataset_fp, None, None)
     record_training(run, config, TrainResult(str(out), "trained-here"))
-    record_results(run, config, {}, {}, dataset_fp)
+    record_results(run, config, Evaluation("base"), Evaluation("tuned"), dataset_fp)
     shutil.rmtree(out)
 
     other = _config(tiny_model_dir, **{**keys_, "dataset": "demo_sharegpt", "adapter_name_or_path": None,

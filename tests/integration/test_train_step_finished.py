@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from tuneline.config import load_config
-from tuneline.pipeline import keys
+from tuneline.content.records import BuiltDataset
+from tuneline.identity import keys
 from tuneline.pipeline.records import TrainResult
 from tuneline.pipeline.train_step import prepare_training
 from tuneline.runtime.contract import COMPLETE, read_run_file, write_run_file
@@ -18,9 +19,9 @@ def test_a_training_the_child_finished_and_the_flow_never_recorded_stands(tmp_pa
     config = load_config(None, {"model_name_or_path": str(tiny_model_dir), "stage": "sft", "dataset": "demo_sft",
                                 "dataset_dir": "data", "template": "chatml", "output_dir": str(tmp_path / "out"),
                                 "pipeline_cache_dir": str(tmp_path / "cache")})
-    dataset = {"path": str(tmp_path / "data"), "fingerprint": "d" * 64}
-    key = keys.train_key(config, dataset["fingerprint"], None)
-    resume_key = keys.resume_key(config, dataset["fingerprint"], None)
+    dataset = BuiltDataset(path=str(tmp_path / "data"), fingerprint="d" * 64)
+    key = keys.train_key(config, dataset.fingerprint, None)
+    resume_key = keys.resume_key(config, dataset.fingerprint, None)
     # the child's side, exactly as tuneline.train writes it: prepare, train, mark complete
     lock, _ = prepare_output_dir(config, key, "mlflow-run-1", resume_key)
     (config.output_dir / "all_results.json").write_text(json.dumps({"train_loss": 1.5, "epoch": 1.0}))

@@ -23,14 +23,15 @@ PNG_1X1 = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMB
 def register_champion(config, out: Path) -> None:
     """Version 1 of the config's registered model, recorded as the flow records it, with the `champion` alias; `out`
     (the trained output_dir) is deleted, so everything that answers comes from the store."""
-    from tuneline.pipeline import keys
+    from tuneline.content.records import Evaluation
+    from tuneline.identity import keys
     from tuneline.pipeline.record import record_results, record_training, start_run
     from tuneline.pipeline.records import TrainResult
 
     dataset_fp = keys.dataset_key(config)
     run = start_run(config, dataset_fp, None, None)
     record_training(run, config, TrainResult(str(out), "trained-here"))
-    assert record_results(run, config, {}, {}, dataset_fp) == "1"
+    assert record_results(run, config, Evaluation("base"), Evaluation("tuned"), dataset_fp) == "1"
     uri, name = config.pipeline.mlflow_tracking_uri, config.pipeline.mlflow_registered_model
     tracking.set_alias(uri, name, "champion", "1")
     shutil.rmtree(out)

@@ -128,14 +128,20 @@ def grad_enabled_per_forward(config, trainer_class) -> list[bool]:
 def train_step(config, dataset: dict, reference: dict | None, key: str, mlflow_run_id: str | None,
                tracking_uri: str | None, on_line=print):
     """What the train task does around Prefect: prepare the child, run it (unless a finished training stands),
-    take the result."""
+    take the result. `dataset` and `reference` as the library's steps store them (their records' dict form)."""
+    from tuneline.content.records import BuiltDataset, ReferenceLogps
     from tuneline.pipeline.launch import run_streaming
     from tuneline.pipeline.train_step import prepare_training
 
-    launch = prepare_training(config, dataset, reference, key, mlflow_run_id, tracking_uri, on_line=on_line)
-    if launch.command:
-        run_streaming(launch.command, launch.env, launch.forward)
-    return launch.result()
+    launch = prepare_training(config, BuiltDataset.from_stored(dataset),
+                              ReferenceLogps.from_stored(reference) if reference else None, key, mlflow_run_id,
+                              tracking_uri, on_line=on_line)
+    try:
+        if launch.command:
+            run_streaming(launch.command, launch.env, launch.forward)
+        return launch.result()
+    finally:
+        launch.release()
 
 
 # LLaMA-Factory's image demo data: mllm_demo (sft) as 0.9.5 ships it, and the rlhf_v pairs beside the media copy

@@ -53,7 +53,7 @@ def test_contradictions_are_refused_with_the_keys_named(tmp_path, keys, message)
 
 
 def test_checkpointing_leaves_the_train_key_alone(tmp_path):
-    from tuneline.pipeline.keys import training_slice
+    from tuneline.identity.keys import training_slice
 
     default = training_slice(config(tmp_path))
     for keys in ({"disable_gradient_checkpointing": True}, {"gradient_checkpointing": False},

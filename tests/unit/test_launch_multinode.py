@@ -154,7 +154,7 @@ def test_train_node_errors_reach_the_command_line_as_one_message(tmp_path, capsy
 
 def test_every_machine_computes_the_main_ones_keys_and_joins_no_finished_training(tmp_path, tiny_model_dir):
     """Rank, address and port name no other training: a node finds the main machine's entries and its marker."""
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
     from tuneline.pipeline.node import DATASET_STEP, train_on_node, training_inputs
     from tuneline.runtime.contract import RUN_FILE
 

@@ -74,7 +74,7 @@ def test_defaults_are_never_refused_and_a_run_that_trains_then_predicts_keeps_th
 
 
 def test_the_training_only_keys_are_real_keys_and_none_is_read_by_the_predict_step():
-    from tuneline.evaluation.predict_step import PREDICT_KEYS
+    from tuneline.identity.config_keys import PREDICT_KEYS
     from tuneline.model.fingerprint import LOAD_KEYS
 
     assert TRAINING_ONLY <= ALL_KEYS

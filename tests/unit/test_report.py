@@ -150,7 +150,7 @@ def test_framework_versions_lists_installed_packages():
 def test_the_model_cards_key_follows_what_the_card_shows(tmp_path, monkeypatch):
     """Its title and settings (a changed run_name keeps the training's key), its evaluations and run link, and the
     code that writes it: a cached card is never one an older tuneline wrote."""
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
 
     config = card_config(tmp_path)
     key = keys.model_card_key(config, "train", "base", "tuned", "run")
@@ -158,7 +158,7 @@ def test_the_model_cards_key_follows_what_the_card_shows(tmp_path, monkeypatch):
     assert key != keys.model_card_key(card_config(tmp_path, run_name="renamed"), "train", "base", "tuned", "run")
     assert key != keys.model_card_key(config, "train", "base", "tuned-again", "run")
     assert key != keys.model_card_key(config, "train", "base", "tuned", "another-run")
-    from tuneline.identity import code
+    from tuneline.content import code
 
     plot = keys.plot_key("train")
     code.step_code_version.cache_clear()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneline.identity.code import PACKAGE_ROOT, STEP_ENTRIES, code_version, imported_modules
+from tuneline.content.code import PACKAGE_ROOT, STEP_ENTRIES, code_version, imported_modules
 from tuneline.train import STAGE_MODULES
 
 

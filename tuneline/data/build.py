@@ -12,6 +12,7 @@ from typing import Any
 
 from tuneline.config.run_config import RunConfig
 from tuneline.content.fingerprint import fingerprint
+from tuneline.content.records import BuiltDataset
 from tuneline.content.step_cache import cached_step, entry_dir, is_complete, read_reference, set_aside_damaged
 from tuneline.data.cache_key import describe_changes, fingerprint_inputs, seed_of
 from tuneline.data.loader import bad_row_error, handle_bad_rows, load_examples, mix
@@ -21,12 +22,10 @@ from tuneline.errors import DataError
 
 STEP = "build-dataset"
 INPUTS_FILE = "fingerprint_inputs.json"
-REF_KEYS = ("path", "fingerprint", "stage", "train_rows", "eval_rows", "bad_rows", "truncated_rows", "cache_hit",
-            "tokens")
 
 
 def build_dataset(config: RunConfig) -> dict[str, Any]:
-    """Reference {path, fingerprint, stage, train_rows, eval_rows, bad_rows, cache_hit, tokens}."""
+    """The step's result as a dict: the fields of its record (BuiltDataset)."""
     inputs = fingerprint_inputs(config)
     key = fingerprint(inputs)
     location = config.data.tokenized_path
@@ -37,7 +36,7 @@ def build_dataset(config: RunConfig) -> dict[str, Any]:
         check_tokenized_path(Path(location), key, inputs)
     ref = cached_step(config.pipeline.pipeline_cache_dir, STEP, key, lambda folder: _build(config, folder, inputs),
                       refresh=refresh, location=location)
-    return {k: ref.get(k) for k in REF_KEYS}
+    return BuiltDataset.from_stored(ref).to_dict()  # the step's record, less the cache entry's bookkeeping
 
 
 def damaged_file(location: Path) -> str | None:
@@ -201,10 +200,13 @@ def with_lengths(dataset, column: str = "length"):
     return dataset.add_column(column, lengths.to_pylist())
 
 
-def load_processed(ref_or_path: dict[str, Any] | str | Path):
-    """The `DatasetDict` ("train", and "validation" when there is evaluation data) of a built entry."""
+def load_processed(ref_or_path: BuiltDataset | dict[str, Any] | str | Path):
+    """The `DatasetDict` ("train", and "validation" when there is evaluation data) of a built entry: named by the
+    step's record, the stored dict form the training child reads, or its folder."""
     from datasets import load_from_disk
 
+    if isinstance(ref_or_path, BuiltDataset):
+        ref_or_path = ref_or_path.path
     path = Path(ref_or_path["path"] if isinstance(ref_or_path, dict) else ref_or_path)
     if read_reference(path) is None:
         raise DataError(f"'{path}' is not a complete processed dataset; run the build-dataset step again")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.config.run_config import RunConfig
+from tuneline.content.code import step_code_version
 from tuneline.content.fingerprint import FileHasher, fingerprint, memo_dir
 from tuneline.data.media import MEDIA_KINDS, PLACEHOLDERS, MediaProblem, media_names, media_root, resolve_media
 from tuneline.data.mm.run_media import MEDIA_SETTINGS
@@ -21,7 +22,6 @@ from tuneline.data.readers import read_rows
 from tuneline.data.registry import INFO_FILE, DatasetAttr, dataset_attrs
 from tuneline.errors import DataError
 from tuneline.hub.revision import HubNaming, resolve_revision
-from tuneline.identity import step_code_version
 from tuneline.model.tokenizer import tokenizer_fingerprint
 
 OPTION_KEYS = (

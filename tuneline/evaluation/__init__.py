@@ -7,13 +7,12 @@ from tuneline.evaluation.cached import (
     EVAL_METRICS,
     EVAL_PREDICTIONS,
     NO_VALIDATION,
-    eval_fingerprint,
     evaluate_model,
     model_content_key,
     not_evaluated,
 )
-from tuneline.evaluation.predict_step import PREDICT_RESULTS, predict_fingerprint, predict_model, predictions_in_place
+from tuneline.evaluation.predict_step import PREDICT_RESULTS, predict_model, predictions_in_place
 
-__all__ = ["EVAL_METRICS", "EVAL_PREDICTIONS", "NO_VALIDATION", "eval_fingerprint", "evaluate_model",
-           "model_content_key", "not_evaluated", "PREDICT_RESULTS", "predict_fingerprint", "predict_model",
+__all__ = ["EVAL_METRICS", "EVAL_PREDICTIONS", "NO_VALIDATION", "evaluate_model",
+           "model_content_key", "not_evaluated", "PREDICT_RESULTS", "predict_model",
            "predictions_in_place"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from tuneline.config.args import ADAPTER_TYPES
 from tuneline.config.run_config import split_names
+from tuneline.content.records import BuiltDataset
 from tuneline.errors import UserError
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -53,7 +54,7 @@ def load_eval_model(config, tokenizer, adapter_dir: str | None):
     return model.eval()
 
 
-def load_validation(dataset_ref: dict[str, Any]):
+def load_validation(dataset_ref: BuiltDataset | dict[str, Any]):
     """The processed validation split of a build-dataset result."""
     from tuneline.data import load_processed
 

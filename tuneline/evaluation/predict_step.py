@@ -13,33 +13,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tuneline.content.fingerprint import fingerprint
+from tuneline.content.records import BuiltDataset
 from tuneline.content.step_cache import cached_step, entry_dir, is_complete
-from tuneline.identity import step_code_version
+from tuneline.identity.config_keys import predict_key
 from tuneline.runtime.contract import PREDICTIONS_FILE
 
-PREDICT_VERSION = "1"
 PREDICT_RESULTS = "predict_results.json"  # LLaMA-Factory's name for the metrics (trainer.save_metrics("predict"))
-# What changes the answers besides the model and the data: how rows are encoded and batched, and how to generate.
-PREDICT_KEYS = ("stage", "cutoff_len", "template", "per_device_eval_batch_size", "seed", "do_sample", "temperature",
-                "top_p", "top_k", "num_beams", "max_new_tokens", "repetition_penalty", "length_penalty",
-                "skip_special_tokens", "generation_max_length", "generation_num_beams")
 
 
-def predict_fingerprint(config, model_key: str, dataset_fingerprint: str) -> str:
-    return fingerprint("predict", PREDICT_VERSION, step_code_version("predict"), model_key, dataset_fingerprint,
-                       config.slice(*PREDICT_KEYS))
-
-
-def predict_model(config, dataset_ref: dict[str, Any], model_key: str) -> dict[str, Any]:
+def predict_model(config, dataset_ref: BuiltDataset | dict[str, Any], model_key: str) -> dict[str, Any]:
     """Answers and scores of the model the config names (base and `adapter_name_or_path`) for the validation split;
     cached under `<pipeline_cache_dir>/predict/<key>/`, then copied into output_dir."""
-    key = predict_fingerprint(config, model_key, str(dataset_ref.get("fingerprint", "")))
+    dataset = BuiltDataset.from_stored(dataset_ref)
+    key = predict_key(config, model_key, dataset.fingerprint)
 
     def build(folder: Path) -> dict[str, Any]:
         from tuneline.evaluation.prediction import run_prediction, write_predictions
 
-        records, metrics = run_prediction(config, dataset_ref, None)
+        records, metrics = run_prediction(config, dataset, None)
         write_predictions(folder / PREDICTIONS_FILE, records)
         (folder / PREDICT_RESULTS).write_text(json.dumps(metrics, indent=2, sort_keys=True), encoding="utf-8")
         return {"metrics": metrics, "num_samples": len(records), "model_key": model_key}

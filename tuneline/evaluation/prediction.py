@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tuneline.content.records import BuiltDataset
 from tuneline.evaluation.generation import eos_token_ids, generate_batches, split_prompt_answer
 from tuneline.evaluation.similarity import similarity_metrics
 
@@ -64,7 +65,7 @@ def write_predictions(path: str | os.PathLike, records: list[dict[str, Any]]) ->
     return path
 
 
-def run_prediction(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> tuple[list[dict], dict]:
+def run_prediction(config, dataset_ref: BuiltDataset | dict[str, Any], adapter_dir: str | None) -> tuple[list[dict], dict]:
     """Predict with the model at adapter_dir (or the base and its `adapter_name_or_path`) on the validation split."""
     from tuneline.evaluation.run import eval_context
 

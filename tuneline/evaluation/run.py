@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tuneline.content.records import BuiltDataset
 from tuneline.evaluation import generation, scoring
 from tuneline.evaluation.loading import load_eval_model, load_validation
 from tuneline.evaluation.sampled_rewards import reward_functions_step
@@ -160,7 +161,7 @@ STAGE_STEPS: dict[str, tuple[Callable[[EvalContext], dict[str, float]], ...]] = 
 }
 
 
-def eval_context(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> EvalContext:
+def eval_context(config, dataset_ref: BuiltDataset | dict[str, Any], adapter_dir: str | None) -> EvalContext:
     """The validation split, tokenizer and model (at adapter_dir, or the base) that an evaluation or a prediction
     runs on; torch seeded from `seed`."""
     import torch
@@ -179,7 +180,7 @@ def eval_context(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -
                        media=media and build_collator(config.stage, tokenizer, media=media))
 
 
-def run_evaluation(config, dataset_ref: dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:
+def run_evaluation(config, dataset_ref: BuiltDataset | dict[str, Any], adapter_dir: str | None) -> dict[str, Any]:
     """{"metrics", "num_samples", "predictions"} for the model at adapter_dir (or the base model)."""
     ctx = eval_context(config, dataset_ref, adapter_dir)
     metrics: dict[str, float] = {}

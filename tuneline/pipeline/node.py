@@ -15,7 +15,7 @@ from pathlib import Path
 from tuneline.config import RunConfig, dump_config
 from tuneline.content.step_cache import entry_dir, read_reference
 from tuneline.errors import UserError
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.launch import launch_command, run_streaming
 from tuneline.runtime.contract import RUN_FILE, training_complete
 

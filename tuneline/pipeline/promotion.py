@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuneline.config import RunConfig
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 DATA_TAG, BASE_TAG = "dataset_fingerprint", "base_model_key"

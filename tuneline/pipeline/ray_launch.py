@@ -33,7 +33,7 @@ from pathlib import Path
 from tuneline.config.ray_keys import RaySettings
 from tuneline.errors import UserError
 from tuneline.pipeline.launch import launcher
-from tuneline.runtime.contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent
+from tuneline.runtime.contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, die_with_parent, die_with_parent_if_asked
 from tuneline.runtime.ray_cluster import refuse_unreachable, unreachable
 
 CHILD_FAILED = "[tuneline child exit "  # how a worker's failure names its child's exit code and error line
@@ -205,8 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", required=True, help="the run's Ray settings, as RaySettings.to_json() writes them")
     parser.add_argument("--dataset", default=None)
     args = parser.parse_args(argv)
-    if os.environ.get(DIE_WITH_PARENT_ENV) == "1" and die_with_parent() and os.getppid() == 1:
-        os._exit(1)  # the flow died before prctl took effect
+    die_with_parent_if_asked()
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # the flow's log shows the workers' lines as text, not colours
     try:
         from tuneline.config import load_config

@@ -16,8 +16,9 @@ from pathlib import Path
 from tuneline import tracking
 from tuneline.config import RunConfig
 from tuneline.config.args import ADAPTER_TYPES
+from tuneline.content.records import BuiltDataset, Evaluation, Prediction
 from tuneline.evaluation import EVAL_METRICS, EVAL_PREDICTIONS, PREDICT_RESULTS, not_evaluated
-from tuneline.pipeline import keys
+from tuneline.identity import keys
 from tuneline.pipeline.records import MlflowRun, TrainResult
 from tuneline.runtime.contract import METRICS_SPOOL_DIR, PREDICTIONS_FILE
 
@@ -176,17 +177,16 @@ def logged_model(config: RunConfig, into: Path) -> tuple[str, Path] | None:
     return (run_id, model) if model is not None else None
 
 
-def dataset_facts(dataset: dict) -> dict[str, float]:
+def dataset_facts(dataset: BuiltDataset) -> dict[str, float]:
     """Row, token, truncated-row and dropped-row counts of the built dataset, as numbers runs can be compared
     on."""
-    facts = {f"data_{k}": dataset[k] for k in ("train_rows", "eval_rows", "truncated_rows", "tokens")
-             if dataset.get(k) is not None}
-    bad = dataset.get("bad_rows") or {}
-    facts.update({f"data_bad_rows_{reason.replace(' ', '_')}": count for reason, count in bad.items()})
+    facts = {"data_train_rows": dataset.train_rows, "data_eval_rows": dataset.eval_rows,
+             "data_truncated_rows": dataset.truncated_rows, "data_tokens": dataset.tokens}
+    facts.update({f"data_bad_rows_{reason.replace(' ', '_')}": count for reason, count in dataset.bad_rows.items()})
     return {k: float(v) for k, v in facts.items() if isinstance(v, (int, float))}
 
 
-def record_dataset(run: MlflowRun, config: RunConfig, dataset: dict) -> None:
+def record_dataset(run: MlflowRun, config: RunConfig, dataset: BuiltDataset) -> None:
     """The built dataset's facts as metrics, and the data as the run's MLflow dataset input, once per run."""
     uri, run_id = run.tracking_uri, run.run_id
     facts = dataset_facts(dataset)
@@ -197,7 +197,7 @@ def record_dataset(run: MlflowRun, config: RunConfig, dataset: dict) -> None:
         source = {"dataset_dir": str(Path(data.dataset_dir).resolve()), "dataset": data.dataset,
                   "eval_dataset": data.eval_dataset}
         context = "evaluation" if config.predict_only else "training"
-        tracking.log_dataset_input(run_id, data.dataset or data.eval_dataset, dataset["fingerprint"][:16], source,
+        tracking.log_dataset_input(run_id, data.dataset or data.eval_dataset, dataset.fingerprint[:16], source,
                                    facts, context, tracking_uri=uri)
 
 
@@ -210,14 +210,14 @@ def _log_fresh_metrics(run: MlflowRun, metrics: dict) -> dict[str, float]:
     return fresh
 
 
-def record_predictions(run: MlflowRun, predicted: dict) -> None:
+def record_predictions(run: MlflowRun, predicted: Prediction) -> None:
     """A prediction's answers (generated_predictions.jsonl) and scores (predict_results.json and metrics), once per
     run; then the run is finished."""
-    uri, run_id, folder = run.tracking_uri, run.run_id, Path(predicted["path"])
-    if not set(predicted["metrics"]) <= set(tracking.get_run_metrics(uri, run_id)):  # the answers first
+    uri, run_id, folder = run.tracking_uri, run.run_id, Path(predicted.path)
+    if not set(predicted.metrics) <= set(tracking.get_run_metrics(uri, run_id)):  # the answers first
         for name in (PREDICTIONS_FILE, PREDICT_RESULTS):
             tracking.log_artifacts(run_id, folder / name, tracking_uri=uri)
-        _log_fresh_metrics(run, predicted["metrics"])
+        _log_fresh_metrics(run, predicted.metrics)
     tracking.finish_run(run_id, "FINISHED", tracking_uri=uri)
 
 
@@ -236,14 +236,14 @@ def record_model_card(run: MlflowRun, path: str) -> None:
         tracking.log_artifacts(run.run_id, gallery, GALLERY_DIR, tracking_uri=run.tracking_uri)
 
 
-def record_evaluations(run: MlflowRun, evaluations: dict[str, dict]) -> None:
+def record_evaluations(run: MlflowRun, evaluations: dict[str, Evaluation]) -> None:
     """Each evaluation's metrics and answers under `evaluation/<name>/` in the run, the answers as LLaMA-Factory writes
     them (generated_predictions.jsonl), so runs' answers can be read side by side in MLflow."""
     with tempfile.TemporaryDirectory() as tmp:
-        for name, ref in evaluations.items():
-            if not ref.get("path"):
+        for name, evaluation in evaluations.items():
+            if not evaluation.path:
                 continue
-            source, folder = Path(ref["path"]), Path(tmp) / name
+            source, folder = Path(evaluation.path), Path(tmp) / name
             folder.mkdir()
             for stored, logged in ((EVAL_METRICS, EVAL_METRICS), (EVAL_PREDICTIONS, PREDICTIONS_FILE)):
                 if (source / stored).is_file():
@@ -252,12 +252,13 @@ def record_evaluations(run: MlflowRun, evaluations: dict[str, dict]) -> None:
                 tracking.log_artifacts(run.run_id, folder, f"evaluation/{name}", tracking_uri=run.tracking_uri)
 
 
-def record_results(run: MlflowRun, config: RunConfig, base_eval: dict, tuned_eval: dict, dataset_fp: str) -> str | None:
+def record_results(run: MlflowRun, config: RunConfig, base_eval: Evaluation, tuned_eval: Evaluation,
+                   dataset_fp: str) -> str | None:
     """Before/after metrics once per run, then the registered model version (if configured); finish the run."""
     uri, run_id = run.tracking_uri, run.run_id
     logged = tracking.get_run_metrics(uri, run_id)
-    summary = {f"base_{k}": v for k, v in base_eval.get("metrics", {}).items()}
-    summary.update({f"final_{k}": v for k, v in tuned_eval.get("metrics", {}).items()})
+    summary = {f"base_{k}": v for k, v in base_eval.metrics.items()}
+    summary.update({f"final_{k}": v for k, v in tuned_eval.metrics.items()})
     fresh = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and k not in logged}
     if fresh:  # the answers first: a run that has the metrics has them (a cached rerun uploads nothing)
         record_evaluations(run, {"base": base_eval, "tuned": tuned_eval})

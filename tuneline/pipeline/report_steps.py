@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneline.config import RunConfig
+from tuneline.content.records import BuiltDataset, Evaluation
 from tuneline.pipeline.records import MlflowRun, TrainResult
 
 
@@ -15,8 +16,8 @@ def make_plots(config: RunConfig, trained: TrainResult) -> list[str]:
     return plot_curves(output_dir / "trainer_log.jsonl", output_dir)
 
 
-def make_model_card(config: RunConfig, trained: TrainResult, base_eval: dict, tuned_eval: dict, plots: list[str],
-                    dataset: dict, run: MlflowRun) -> str:
+def make_model_card(config: RunConfig, trained: TrainResult, base_eval: Evaluation, tuned_eval: Evaluation,
+                    plots: list[str], dataset: BuiltDataset, run: MlflowRun) -> str:
     from tuneline.evaluation import not_evaluated
     from tuneline.pipeline.record import run_link
     from tuneline.report import write_model_card
@@ -26,20 +27,20 @@ def make_model_card(config: RunConfig, trained: TrainResult, base_eval: dict, tu
     gallery = write_image_answers(rows, trained.output_dir)
     return write_model_card(
         config, trained.output_dir,
-        base_metrics=base_eval.get("metrics", {}), tuned_metrics=tuned_eval.get("metrics", {}),
+        base_metrics=base_eval.metrics, tuned_metrics=tuned_eval.metrics,
         not_evaluated=not_evaluated(tuned_eval, base_eval),
-        dataset_fingerprints={name: dataset["fingerprint"] for name in config.dataset_names},
+        dataset_fingerprints={name: dataset.fingerprint for name in config.dataset_names},
         plots=plots, mlflow_run=run_link(run), image_answers=image_answers_section(gallery),
     )
 
 
-def _answers(evaluation: dict) -> list[dict]:
+def _answers(evaluation: Evaluation) -> list[dict]:
     """The generated answers an evaluate-step result stored (none for a skipped or text-scored one)."""
     import json
 
     from tuneline.evaluation import EVAL_PREDICTIONS
 
-    path = Path(evaluation["path"]) / EVAL_PREDICTIONS if evaluation.get("path") else None
+    path = Path(evaluation.path) / EVAL_PREDICTIONS if evaluation.path else None
     if path is None or not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

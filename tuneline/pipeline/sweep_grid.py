@@ -25,8 +25,8 @@ from tuneline.config.secrets import is_secret
 from tuneline.content.fingerprint import fingerprint
 from tuneline.errors import ConfigError, UserError, did_you_mean
 from tuneline.evaluation.metric_names import metric_problems
+from tuneline.identity import keys
 from tuneline.identity.settings import NOT_CONTENT
-from tuneline.pipeline import keys
 from tuneline.pipeline.preflight import checked_config
 
 GRID_HELP = (
@@ -277,9 +277,8 @@ def shares_reward_model_steps(config: RunConfig) -> bool:
 def shared_steps_key(config: RunConfig) -> tuple[str, ...]:
     """Points with equal keys share their tokenizer, dataset, reference log-probs and base-model evaluation:
     the steps no training key changes, built once before the points start."""
-    from tuneline.evaluation import eval_fingerprint
 
     data = keys.dataset_key(config)
     if not shares_reward_model_steps(config):
         return (data,)
-    return data, keys.reference_key(config, data), eval_fingerprint(config, keys.base_model_key(config), data)
+    return data, keys.reference_key(config, data), keys.evaluation_key(config, keys.base_model_key(config), data)

@@ -15,7 +15,8 @@ from tuneline import tracking
 from tuneline.config import RunConfig
 from tuneline.content.fingerprint import fingerprint
 from tuneline.evaluation.metric_names import TRAIN_METRICS
-from tuneline.pipeline import keys, record
+from tuneline.identity import keys
+from tuneline.pipeline import record
 from tuneline.pipeline.records import MlflowRun
 from tuneline.pipeline.sweep_grid import SweepPoint
 

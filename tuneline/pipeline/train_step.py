@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneline.config import RunConfig, dump_config
+from tuneline.content.records import BuiltDataset, ReferenceLogps
 from tuneline.pipeline.follow_log import TrainerLogReader
 from tuneline.pipeline.launch import TrainingFailed, launch_command
 from tuneline.pipeline.records import TrainResult
 from tuneline.runtime.contract import (
     COMPLETE,
     ERROR_PREFIX,
+    LOCKED_ENV,
     LOG_FILE,
     RESUME_KEY_ENV,
     RUN_FILE,
@@ -35,7 +37,6 @@ from tuneline.runtime.contract import (
     read_run_file,
     recorded_settings,
     replace_old_run,
-    training_complete,
 )
 
 RESOLVED_CONFIG = "tuneline_config.yaml"
@@ -54,52 +55,23 @@ def worth_retrying(error: BaseException) -> bool:
     return error.returncode < 0 or any(CRASH_SIGNS.search(line) for line in error.tail)
 
 
-def start_over(output_dir: Path, discard: bool = False) -> str | None:
-    """`refresh_cache` means train again from step 0: this output_dir's checkpoints and results are moved aside
-    to `<output_dir>.superseded-<time>/`, or deleted when the user named it (`discard_checkpoints`)."""
-    if not output_dir.is_dir():
-        return None
-    lock = OutputDirLock(output_dir)  # a trainer still running there makes this fail with its holder named
-    try:
-        return replace_old_run(output_dir, discard, "'refresh_cache' trains again from step 0")
-    finally:
-        lock.release()
-
-
-def refuse_if_in_use(output_dir: Path) -> None:
-    """A second run on an output_dir where a training runs is refused before it writes anything there."""
-    if output_dir.is_dir():
-        OutputDirLock(output_dir).release()  # raises LockHeld naming the running one
-
-
-def finished_compatible(output_dir: Path, resume_key: str | None, config: RunConfig,
-                        on_line: Callable[[str], None]) -> dict | None:
-    """A finished training whose key differs only in what does not shape the weights (logging, saving, code):
-    its result stands for this key too, instead of training again from step 0. run.json stays the child's."""
+def standing_run(output_dir: Path, key: str, resume_key: str) -> dict | None:
+    """run.json of a finished training in output_dir that stands for `key`: that exact one, or one whose key differs
+    only in what does not shape the weights (logging, saving, code), kept instead of training again from step 0."""
     done = finished_run(output_dir)
-    if not done or not resume_key or done.get("resume_key") != resume_key:
-        return None
+    return done if done and (done.get("train_key") == key or done.get("resume_key") == resume_key) else None
+
+
+def finished_for(config: RunConfig, key: str, dataset: BuiltDataset, reference: ReferenceLogps | None) -> bool:
+    """Whether the train step's cached result for `key` is still whole."""
+    return standing_run(config.output_dir, key, _resume_key(config, dataset, reference)) is not None
+
+
+def _kept(done: dict, config: RunConfig) -> str:
     changes = changed_settings(done.get("settings"), recorded_settings(config))
     why = f"settings changed: {describe_changes(changes)}" if changes else "tuneline's training code changed"
-    on_line(f"output_dir '{output_dir}': the finished training is kept, as nothing that shapes its weights "
+    return (f"output_dir '{config.output_dir}': the finished training is kept, as nothing that shapes its weights "
             f"changed ({why}); set 'refresh_cache: true' to train again")
-    return done
-
-
-def finished_for(config: RunConfig, key: str, dataset_ref: dict, reference_ref: dict | None) -> bool:
-    """Whether output_dir holds a finished training that stands for `key`: that exact one, or one that differs
-    only in what does not shape the weights (the train step's cached result is then still whole)."""
-    if training_complete(config.output_dir, key):
-        return True
-    done, resume_key = finished_run(config.output_dir), _resume_key(config, dataset_ref, reference_ref)
-    return bool(done and resume_key and done.get("resume_key") == resume_key)
-
-
-def training_input(dataset_ref: dict, reference_ref: dict | None) -> str:
-    """The dataset the child trains on: the reference step's copy (with ref log-probs) when it made one."""
-    if reference_ref and reference_ref.get("needed") and reference_ref.get("path"):
-        return reference_ref["path"]
-    return dataset_ref["path"]
 
 
 @dataclass
@@ -110,14 +82,21 @@ class Launch:
 
     config: RunConfig
     key: str
-    resume_key: str | None
+    resume_key: str
     mlflow_run_id: str | None
+    tracking_uri: str | None
     on_line: Callable[[str], None]
     on_progress: Callable[[dict], None] | None
+    lock: OutputDirLock | None = None
     finished: TrainResult | None = None
     command: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     progress: TrainerLogReader | None = None
+
+    def release(self) -> None:
+        """The output_dir's lock, held from `prepare_training` until the child ended (and its result was read)."""
+        if self.lock is not None:
+            self.lock.release()
 
     def forward(self, line: str) -> None:
         """A line of the child to `on_line`; the newest trainer_log.jsonl entry to `on_progress`, at most every
@@ -141,38 +120,51 @@ class Launch:
         return _reference(run, self.config.output_dir)
 
 
-def prepare_training(config: RunConfig, dataset_ref: dict, reference_ref: dict | None, key: str,
+def prepare_training(config: RunConfig, dataset: BuiltDataset, reference: ReferenceLogps | None, key: str,
                      mlflow_run_id: str | None, tracking_uri: str | None, on_line: Callable[[str], None] = print,
                      on_progress: Callable[[dict], None] | None = None, start_fresh: bool = False) -> Launch:
     """What training (or resuming) into config.output_dir takes: the child's command, or a finished training.
 
+    The training's one lock on output_dir is taken here, before anything is written or launched (another trainer
+    there is refused, named), and held until `Launch.release`; the child finds it held for it (LOCKED_ENV).
     `start_fresh` (a forced rerun, first attempt only: a retry must resume) trains again from step 0.
     """
     output_dir = config.output_dir
-    refuse_if_in_use(output_dir)
-    resume_key = _resume_key(config, dataset_ref, reference_ref)
-    launch = Launch(config, key, resume_key, mlflow_run_id, on_line, on_progress)
-    if start_fresh:
-        if moved := start_over(output_dir, config.pipeline.discard_checkpoints):
-            on_line(moved)
-    elif training_complete(output_dir, key):  # finished before, e.g. the orchestrator lost its record
-        launch.finished = _reference(finished_run(output_dir), output_dir)
-        return launch
-    elif (kept := finished_compatible(output_dir, resume_key, config, on_line)) is not None:
-        launch.finished = _reference(kept, output_dir)
-        return launch
-    output_dir.mkdir(parents=True, exist_ok=True)
+    lock = OutputDirLock(output_dir, mlflow_run_id=mlflow_run_id, run_name=config.pipeline.run_name)
+    try:
+        launch = Launch(config, key, _resume_key(config, dataset, reference), mlflow_run_id, tracking_uri, on_line,
+                        on_progress, lock)
+        if start_fresh:
+            if moved := replace_old_run(output_dir, config.pipeline.discard_checkpoints,
+                                        "'refresh_cache' trains again from step 0"):
+                on_line(moved)
+        elif done := standing_run(output_dir, key, launch.resume_key):  # e.g. the orchestrator lost its record
+            if done.get("train_key") != key:
+                on_line(_kept(done, config))
+            launch.finished = _reference(done, output_dir)
+        if launch.finished is None:
+            _prepare_child(launch, dataset, reference)
+    except BaseException:
+        lock.release()
+        raise
+    if launch.finished is not None:
+        launch.release()
+    return launch
+
+
+def _prepare_child(launch: Launch, dataset: BuiltDataset, reference: ReferenceLogps | None) -> None:
+    config, output_dir = launch.config, launch.config.output_dir
     # credentials stay out of the resolved config, which the run logs to MLflow; the child never publishes, and
     # reads a gated model's token from the environment, where huggingface_hub looks for it
     config_path = dump_config(config.without_secrets(), output_dir / RESOLVED_CONFIG)
-    launch.command = launch_command(config, config_path, training_input(dataset_ref, reference_ref))
-    launch.env = {**os.environ, TRAIN_KEY_ENV: key, **({RESUME_KEY_ENV: resume_key} if resume_key else {})}
+    launch.command = launch_command(config, config_path, reference.training_data(dataset) if reference else dataset.path)
+    launch.env = {**os.environ, TRAIN_KEY_ENV: launch.key, RESUME_KEY_ENV: launch.resume_key,
+                  LOCKED_ENV: str(output_dir.resolve())}
     if config.model.hf_hub_token:
         launch.env["HF_TOKEN"] = config.model.hf_hub_token
-    if mlflow_run_id:
-        launch.env.update({"MLFLOW_RUN_ID": mlflow_run_id, "MLFLOW_TRACKING_URI": str(tracking_uri)})
+    if launch.mlflow_run_id:
+        launch.env.update({"MLFLOW_RUN_ID": launch.mlflow_run_id, "MLFLOW_TRACKING_URI": str(launch.tracking_uri)})
     launch.progress = TrainerLogReader(output_dir / LOG_FILE, skip_existing=True)  # before the child can touch it
-    return launch
 
 
 def _reference(run: dict, output_dir: Path) -> TrainResult:
@@ -183,13 +175,10 @@ def _reference(run: dict, output_dir: Path) -> TrainResult:
                        mlflow_run_id=run.get("mlflow_run_id"), resume_key=run.get("resume_key"))
 
 
-def _resume_key(config: RunConfig, dataset_ref: dict, reference_ref: dict | None) -> str | None:
-    """None where the dataset reference has no fingerprint (a hand-made reference): then only the exact key resumes."""
-    if not dataset_ref.get("fingerprint"):
-        return None
-    from tuneline.pipeline import keys
+def _resume_key(config: RunConfig, dataset: BuiltDataset, reference: ReferenceLogps | None) -> str:
+    from tuneline.identity import keys
 
-    return keys.resume_key(config, dataset_ref["fingerprint"], (reference_ref or {}).get("fingerprint"))
+    return keys.resume_key(config, dataset.fingerprint, reference.fingerprint if reference else None)
 
 
 def _read_metrics(output_dir: Path) -> dict[str, float]:

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tuneline.content.code import step_code_version
 from tuneline.content.fingerprint import FileHasher, fingerprint, memo_dir
+from tuneline.content.records import BuiltDataset
 from tuneline.content.step_cache import cached_step
-from tuneline.identity import step_code_version
 from tuneline.objectives.losses import REFERENCE_FREE
 from tuneline.reference.compute import REF_COLUMNS, TOKEN_COLUMNS
 from tuneline.reference.rows import visit_plan, visited_rows
@@ -69,14 +70,15 @@ def reference_fingerprint(config, dataset_fingerprint: str) -> str:
                        config.stage, visit_plan(config))
 
 
-def build_reference_logps(config, dataset_ref: dict) -> dict[str, Any]:
+def build_reference_logps(config, dataset_ref: BuiltDataset | dict) -> dict[str, Any]:
     """Precompute the reference log-probs the run will read (cached); returns the stored dataset's reference."""
+    dataset = BuiltDataset.from_stored(dataset_ref)
     if not needs_reference(config):
         return {"needed": False, "reason": not_needed_reason(config),
-                "fingerprint": reference_fingerprint(config, dataset_ref.get("fingerprint", ""))}
-    key = reference_fingerprint(config, dataset_ref["fingerprint"])
+                "fingerprint": reference_fingerprint(config, dataset.fingerprint)}
+    key = reference_fingerprint(config, dataset.fingerprint)
     ref = cached_step(config.pipeline.pipeline_cache_dir, STEP, key,
-                      lambda folder: _build(config, dataset_ref, folder), refresh=config.pipeline.refresh_cache)
+                      lambda folder: _build(config, dataset, folder), refresh=config.pipeline.refresh_cache)
     return {**ref, "needed": True}
 
 
@@ -87,14 +89,14 @@ def row_store(config) -> RowStore:
     return RowStore(folder, REF_COLUMNS[config.stage])
 
 
-def _build(config, dataset_ref: dict, folder: Path) -> dict[str, Any]:
+def _build(config, built: BuiltDataset, folder: Path) -> dict[str, Any]:
     """Rows the run visits: from the row store, computing (and storing) the missing ones; the rest hold NaN."""
     from datasets import DatasetDict
 
     from tuneline.data import load_processed
 
     start = time.perf_counter()
-    stage, datasets = config.stage, load_processed(dataset_ref)
+    stage, datasets = config.stage, load_processed(built)
     store = row_store(config)
     known = {} if config.pipeline.refresh_cache else store.load()
     plan = visit_plan(config)
@@ -121,7 +123,7 @@ def _build(config, dataset_ref: dict, folder: Path) -> dict[str, Any]:
     DatasetDict(out).save_to_disk(str(folder))
     return {"rows": {split: len(ds) for split, ds in out.items()},
             "visited_rows": {split: len(rows) for split, rows in digests.items()}, "computed_rows": len(computed),
-            "columns": list(REF_COLUMNS[stage]), "plan": plan, "dataset_fingerprint": dataset_ref["fingerprint"],
+            "columns": list(REF_COLUMNS[stage]), "plan": plan, "dataset_fingerprint": built.fingerprint,
             "source": reference_source(config), **used, "seconds": round(time.perf_counter() - start, 3)}
 
 

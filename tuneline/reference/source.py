@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from tuneline.config.args import ADAPTER_TYPES
+from tuneline.content.code import code_version
 from tuneline.content.fingerprint import FileHasher, fingerprint
 from tuneline.data.mm.run_media import MEDIA_SETTINGS
-from tuneline.identity.code import code_version
 from tuneline.runtime.devices import gpu_count
 
 # Files at the top of a model or adapter folder that decide its outputs (checkpoint-*/ folders are ignored).

@@ -21,6 +21,7 @@ ERROR_PREFIX = "tuneline: error: "
 TRAIN_KEY_ENV = "TUNELINE_TRAIN_KEY"  # the train step's key, so the child needs not compute it again
 RESUME_KEY_ENV = "TUNELINE_RESUME_KEY"  # what a checkpoint's optimisation depends on: resumable across other changes
 DIE_WITH_PARENT_ENV = "TUNELINE_DIE_WITH_PARENT"  # "1": the child dies with the process that launched it
+LOCKED_ENV = "TUNELINE_OUTPUT_DIR_LOCKED"  # the output_dir whose lock the launching process holds for the child
 
 LOG_FILE = "trainer_log.jsonl"  # in output_dir: one line per logged step, written by the child, read for progress
 METRICS_SPOOL_DIR = "mlflow_spool"  # in output_dir: step metrics kept while MLflow is unreachable
@@ -39,6 +40,13 @@ def die_with_parent(signum: int = signal.SIGKILL) -> bool:
         return ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum) == 0  # PR_SET_PDEATHSIG
     except OSError:
         return False
+
+
+def die_with_parent_if_asked() -> None:
+    """In a process launched with DIE_WITH_PARENT_ENV set: dies with its parent, at once where the parent died
+    before prctl took effect (this process is then the init process's)."""
+    if os.environ.get(DIE_WITH_PARENT_ENV) == "1" and die_with_parent() and os.getppid() == 1:
+        os._exit(1)
 
 
 # --- run.json and the lock (the settings that do not shape the weights: tuneline.identity.settings)
@@ -100,6 +108,14 @@ class OutputDirLock:
         if self._lock.is_locked:
             (self.root / OWNER_FILE).unlink(missing_ok=True)
             self._lock.release()
+
+    @classmethod
+    def unless_held_for(cls, output_dir: str | Path, **about: Any) -> OutputDirLock | None:
+        """The lock of output_dir, or None where the process that launched this one holds it for this training
+        (it named this output_dir in LOCKED_ENV): a training takes the lock once."""
+        if os.environ.get(LOCKED_ENV) == str(Path(output_dir).resolve()):
+            return None
+        return cls(output_dir, **about)
 
 
 def _describe_owner(root: Path) -> str:

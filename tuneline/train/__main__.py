@@ -24,8 +24,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tuneline.errors import UserError
-from tuneline.runtime.contract import DIE_WITH_PARENT_ENV, ERROR_PREFIX, RESUME_KEY_ENV, TRAIN_KEY_ENV
-from tuneline.runtime.contract import die_with_parent as arm_die_with_parent
+from tuneline.runtime.contract import (
+    ERROR_PREFIX,
+    RESUME_KEY_ENV,
+    TRAIN_KEY_ENV,
+    die_with_parent_if_asked,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -33,12 +37,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("config", help="resolved run config (YAML)")
     parser.add_argument("--dataset", default=None, help="processed dataset folder, or a JSON dataset reference")
     return parser.parse_args(argv)
-
-
-def die_with_parent() -> None:
-    """Linux: have the kernel kill this process if its parent dies, so no orphan keeps training (and the lock)."""
-    if os.environ.get(DIE_WITH_PARENT_ENV) == "1" and arm_die_with_parent() and os.getppid() == 1:
-        os._exit(1)  # the parent died before prctl took effect
 
 
 def dataset_reference(config, path: str | None) -> dict:
@@ -56,7 +54,7 @@ def dataset_reference(config, path: str | None) -> dict:
 
 def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
     """Process 0 locks output_dir and decides the resume point; the others read it from run.json."""
-    from tuneline.identity.keys import standalone_key
+    from tuneline.identity.config_keys import standalone_key
     from tuneline.runtime.contract import read_run_file
     from tuneline.train.output_dir import prepare_output_dir
 
@@ -73,7 +71,8 @@ def prepare(config, dataset_ref: dict, is_main: bool, wait_for_everyone):
             try:
                 restore_into_run_file(config)  # empty output_dir: fetch the run's last checkpoint from MLflow
             except BaseException:
-                lock.release()
+                if lock is not None:
+                    lock.release()
                 raise
     wait_for_everyone()
     resumed = (read_run_file(config.output_dir) or {}).get("resumed_from")
@@ -103,7 +102,7 @@ def user_errors_end_the_process():
 def main(argv: list[str] | None = None) -> int:
     """Every process: the same stage from the same checkpoint; process 0 alone marks run.json complete."""
     args = parse_args(argv)
-    die_with_parent()
+    die_with_parent_if_asked()  # no orphan keeps training
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from accelerate import PartialState  # after die_with_parent: a parent lost during these imports ends this too
 

@@ -116,9 +116,11 @@ def _explicit_checkpoint(path: str) -> Path:
 
 
 def prepare_output_dir(config, key: str, mlflow_run_id: str | None,
-                       resume_key: str | None = None) -> tuple[OutputDirLock, Path | None]:
-    """Lock output_dir, decide resume, write run.json. The caller releases the lock when training ends."""
-    lock = OutputDirLock(config.output_dir, mlflow_run_id=mlflow_run_id, run_name=config.pipeline.run_name)
+                       resume_key: str | None = None) -> tuple[OutputDirLock | None, Path | None]:
+    """Lock output_dir (unless the flow's process holds its lock for this training), decide resume, write run.json.
+    The caller releases the lock when training ends."""
+    lock = OutputDirLock.unless_held_for(config.output_dir, mlflow_run_id=mlflow_run_id,
+                                         run_name=config.pipeline.run_name)
     try:
         settings = recorded_settings(config)
         resume = decide_resume(config.output_dir, key, bool(config.training.get("overwrite_output_dir")),
@@ -130,6 +132,7 @@ def prepare_output_dir(config, key: str, mlflow_run_id: str | None,
                        resumed_step=checkpoint_step(resume) if resume else 0,
                        started=time.strftime("%Y-%m-%dT%H:%M:%S"), pid=os.getpid(), host=socket.gethostname())
     except BaseException:
-        lock.release()
+        if lock is not None:
+            lock.release()
         raise
     return lock, resume

@@ -41,7 +41,7 @@ def test_adapters_count_by_content(make_config, tiny_model_dir, tmp_path):
 
 
 def test_ppo_train_key_follows_the_reward_model_content(make_config, tiny_model_dir, tmp_path):
-    from tuneline.pipeline.keys import train_key
+    from tuneline.identity.keys import train_key
 
     reward = make_adapter(tiny_model_dir, tmp_path / "rm", seed=1)
     config = make_config(stage="ppo", reward_model=str(reward), pipeline_cache_dir=str(tmp_path / "cache"))

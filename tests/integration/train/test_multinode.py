@@ -25,7 +25,7 @@ def test_two_machines_train_one_model_and_only_the_main_one_saves_and_logs(tiny_
     from tuneline import tracking
     from tuneline.config import load_config
     from tuneline.data import build_dataset
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
 
     shutil.copy(empty_mlflow_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -21,8 +21,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.support.training import make_config, train_step
+from tuneline.content.records import BuiltDataset
 from tuneline.errors import UserError
-from tuneline.runtime.contract import LockHeld, read_run_file
+from tuneline.runtime.contract import LOCKED_ENV, LockHeld, read_run_file
 from tuneline.train.checkpoints import complete_checkpoints
 from tuneline.train.output_dir import decide_resume, prepare_output_dir
 
@@ -69,7 +70,7 @@ def test_a_plain_resume_says_where_it_resumes(tiny_model_dir, tmp_path, caplog):
 def test_the_mlflow_run_follows_what_resumes_and_a_finished_run_the_exact_work(tiny_model_dir, tmp_path):
     """keys.run_key (which MLflow run a start continues) moves with the resume key and output_dir; keys.work_key
     (which finished run is this config's result) with every setting of the train key."""
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
 
     def mlflow_keys(output_dir: Path = tmp_path / "out", **overrides) -> tuple[str, str]:
         config = make_config(tiny_model_dir, output_dir, **overrides)
@@ -132,11 +133,41 @@ def test_a_second_run_on_a_busy_output_dir_is_refused_naming_the_running_one(tin
         assert holder.stdout.readline().strip() == "locked"
         config = make_config(tiny_model_dir, out)
         with pytest.raises(LockHeld, match=f"pid {holder.pid} on host .*MLflow run run-abc, run 'nightly'"):
-            prepare_training(config, {"path": "unused", "fingerprint": "d"}, None, "k", None, None, on_line=print)
+            prepare_training(config, BuiltDataset("unused", "d"), None, "k", None, None, on_line=print)
         assert not (out / "tuneline_config.yaml").exists()  # refused before writing anything there
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_train_step_holds_the_lock_for_its_child_which_takes_it_no_second_time(tiny_model_dir, tmp_path,
+                                                                                   monkeypatch):
+    """One lock per training: the flow's side takes it before writing anything and holds it while its child runs;
+    a second start meanwhile is refused naming the first, the child (told so in its environment) does not take it
+    again, and a child started alone takes it for itself."""
+    from tuneline.pipeline.train_step import prepare_training
+
+    out = tmp_path / "out"
+    config = make_config(tiny_model_dir, out, run_name="nightly")
+    first = prepare_training(config, BuiltDataset("data", "d"), None, "k", "run-abc", None, on_line=print)
+    try:
+        assert first.command and first.env[LOCKED_ENV] == str(out.resolve())
+        written = (out / "tuneline_config.yaml").stat().st_mtime_ns
+        with pytest.raises(LockHeld, match=f"pid {os.getpid()} on host .*MLflow run run-abc, run 'nightly'"):
+            prepare_training(config, BuiltDataset("data", "d"), None, "k2", None, None, on_line=print)
+        assert (out / "tuneline_config.yaml").stat().st_mtime_ns == written  # refused before writing anything
+        monkeypatch.setenv(LOCKED_ENV, first.env[LOCKED_ENV])  # as the child's environment holds it
+        lock, resume = prepare_output_dir(config, "k", "run-abc", "resume-k")
+        assert lock is None and resume is None and read_run_file(out)["status"] == "running"
+    finally:
+        first.release()
+    monkeypatch.delenv(LOCKED_ENV)
+    alone, _ = prepare_output_dir(config, "k", None, "resume-k")  # no flow launched it: it locks for itself
+    try:
+        with pytest.raises(LockHeld, match=f"pid {os.getpid()} on host"):
+            prepare_training(config, BuiltDataset("data", "d"), None, "k", None, None, on_line=print)
+    finally:
+        alone.release()
 
 
 def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_model_dir, tmp_path):
@@ -144,7 +175,7 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
     reruns with other logging/saving (resumes, its global step continues), after it finished (kept), and with
     another learning rate (the old run moved aside, a fresh start)."""
     from tuneline.data import build_dataset
-    from tuneline.pipeline import keys
+    from tuneline.identity import keys
     from tuneline.runtime.contract import RUN_FILE, write_run_file
 
     out = tmp_path / "out"
@@ -152,7 +183,7 @@ def test_logging_and_saving_changed_after_a_kill_resume_a_real_training(tiny_mod
 
     def run(**overrides) -> tuple[dict, list[str]]:
         config = make_config(tiny_model_dir, out, **{**SETTINGS, **overrides})
-        reference = {"fingerprint": keys.reference_key(config, data["fingerprint"])}
+        reference = {"needed": False, "fingerprint": keys.reference_key(config, data["fingerprint"])}
         lines: list[str] = []
         key = keys.train_key(config, data["fingerprint"], reference["fingerprint"])
         return train_step(config, data, reference, key, None, None, on_line=lines.append), lines
@@ -193,11 +224,10 @@ def test_an_edit_of_the_training_code_reruns_the_step_but_resumes_into_the_same_
         f"import sys; sys.path.append({str(Path(__file__).parents[3])!r})\n"  # the repo, after the edited copy
         "from pathlib import Path\n"
         "from tests.support.training import make_config\n"
-        "from tuneline.identity.keys import standalone_key\n"
-        "from tuneline.pipeline import keys\n"
+        "from tuneline.identity import keys\n"
         f"c = make_config(Path({str(tiny_model_dir)!r}), Path({str(tmp_path / 'out')!r}))\n"
         "print(keys.train_key(c, 'd', 'r'), keys.resume_key(c, 'd', 'r'), keys.run_key(c, 'd'),"
-        " standalone_key(c, {'fingerprint': 'd'}))\n"
+        " keys.standalone_key(c, {'fingerprint': 'd'}))\n"
     )
 
     def step_keys() -> list[str]:

@@ -1,4 +1,4 @@
-"""The version of the code a step runs, from the modules it imports: a step's cached result is answered only while
+"""The version of the code a step runs (the content of its code), from the modules it imports: a step's cached result is answered only while
 every tuneline module its code can reach is unchanged, and an edit elsewhere leaves it standing.
 
 The modules are found by reading the sources (ast), not by importing them: every `import tuneline...` and
