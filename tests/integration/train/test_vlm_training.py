@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import MLLM_DATA, MM_DATA, FirstBatch, vlm_config
+from tests.support.training import MLLM_DATA, MM_DATA, FirstBatch, assert_pixels_reach_forward, vlm_config
 from tuneline.errors import ConfigError
 
 
@@ -147,12 +147,9 @@ def test_qwen_vl_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm,
     """Without torchvision (here) a Qwen-VL processor cannot be built, but image rows need only its image processor
     and tokenizer: the pads equal the grids' merged patches, the pixels reach the forward, the run trains, and its
     folders (checkpoints, output, export) hold processor files that load again."""
-    import torch
     from transformers import AutoImageProcessor
 
-    from tuneline.data import build_collator
     from tuneline.export.merge import export_model
-    from tuneline.model import load_model
     from tuneline.train.sft import run
 
     config, ref, tokenizer, train, media = built_with_image_half(tiny_vlm, tmp_path, preset)
@@ -169,12 +166,7 @@ def test_qwen_vl_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm,
     out = tmp_path / "out"
     for folder in (out, out / "checkpoint-1", out / "checkpoint-2"):
         assert AutoImageProcessor.from_pretrained(folder).merge_size ** 2 == merge, folder
-    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
-    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
-    with torch.no_grad():
-        seen = model(**inputs).loss
-        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
-    assert not torch.isclose(seen, blind), "the pixels reach the forward"
+    assert_pixels_reach_forward(config, tokenizer, media, [train[0], train[1]], out)
     merged = export_model(sft_config(tiny_vlm, tmp_path / "export", preset, adapter_name_or_path=str(out),
                                      export_dir=str(tmp_path / "merged")))
     assert (merged / "processor_config.json").is_file() and AutoImageProcessor.from_pretrained(merged)
@@ -213,19 +205,11 @@ def test_llava_next_trains_on_each_image_at_its_own_grid(tiny_vlm, tmp_path):
 
 
 def assert_pixels_reach_the_forward(config, tokenizer, train, adapters) -> None:
-    """The trained model's loss on two rows moves when the collator's pixels are zeroed."""
-    import torch
-
-    from tuneline.data import build_collator
+    """The trained model's loss on the first two rows moves when the collator's pixels are zeroed."""
     from tuneline.data.mm.run_media import dataset_media
-    from tuneline.model import load_model
 
-    inputs = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0], train[1]])
-    model = load_model(config, tokenizer, is_trainable=False, adapters=str(adapters))
-    with torch.no_grad():
-        seen = model(**inputs).loss
-        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
-    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+    assert_pixels_reach_forward(config, tokenizer, dataset_media(config, tokenizer, [train]), [train[0], train[1]],
+                                adapters)
 
 
 def test_llava_next_on_qwen_turns_expands_the_same_images(tiny_vlm, tmp_path):
@@ -252,11 +236,8 @@ def test_minicpm_v_4_6_trains_on_overviews_and_slices_with_the_image_half_of_its
     LLaMA-Factory does, and saves processor files that load again."""
     import json
 
-    import torch
     from transformers import AutoImageProcessor
 
-    from tuneline.data import build_collator
-    from tuneline.model import load_model
     from tuneline.train.sft import run
 
     config, ref, tokenizer, train, media = built_with_image_half(tiny_vlm, tmp_path, "minicpm_v_4_6")
@@ -278,12 +259,7 @@ def test_minicpm_v_4_6_trains_on_overviews_and_slices_with_the_image_half_of_its
 
     adapted = json.loads((out / "adapter_config.json").read_text())["target_modules"]
     assert adapted and all(name.startswith("model.language_model.") for name in adapted)  # tower and merger frozen
-    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
-    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
-    with torch.no_grad():
-        seen = model(**inputs).loss
-        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
-    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+    assert_pixels_reach_forward(config, tokenizer, media, [train[0], train[1]], out)
 
 
 def test_mllama_trains_reading_its_images_through_cross_attention(tiny_vlm, tmp_path):
@@ -334,11 +310,9 @@ def test_intern_vl_trains_on_each_images_tiles(tiny_vlm, tmp_path, crop_to_patch
     batch holds every tile, the pixels reach the forward, and the run trains and saves processor files that load."""
     import json
 
-    import torch
-
-    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data import build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
-    from tuneline.model import load_model, load_tokenizer
+    from tuneline.model import load_tokenizer
     from tuneline.train.sft import run
 
     config = sft_config(tiny_vlm, tmp_path, "intern_vl", crop_to_patches=crop_to_patches)
@@ -361,23 +335,17 @@ def test_intern_vl_trains_on_each_images_tiles(tiny_vlm, tmp_path, crop_to_patch
     for folder in (out, out / "checkpoint-2"):
         assert json.loads((folder / "processor_config.json").read_text())["image_seq_length"] == 4, folder
 
-    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
-    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
-    with torch.no_grad():
-        seen = model(**inputs).loss
-        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
-    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+    assert_pixels_reach_forward(config, tokenizer, media, [train[0], train[1]], out)
 
 
 def test_intern_vl_trains_on_videos_without_torchvision(tiny_vlm, tmp_path):
     """InternVL's frames go through its image processor, not a video processor: LLaMA-Factory's video demo trains
     here, where torchvision does not load, each sampled frame a `FrameN: <img>...</img>` line of 4 context tokens
     whose pixels reach the forward."""
-    import torch
 
-    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data import build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
-    from tuneline.model import load_model, load_tokenizer
+    from tuneline.model import load_tokenizer
     from tuneline.train.sft import run
 
     config = vlm_config(tiny_vlm, tmp_path, "intern_vl", dataset="mllm_video_demo", dataset_dir=str(MM_DATA),
@@ -393,12 +361,8 @@ def test_intern_vl_trains_on_videos_without_torchvision(tiny_vlm, tmp_path):
     assert batch["pixel_values"].shape == (2 * 3, 3, 32, 32) and int((batch["input_ids"] == context).sum()) == 24
     assert result["global_step"] == 2
 
-    inputs = build_collator("sft", tokenizer, media=dataset_media(config, tokenizer, [train]))([train[0]])
-    model = load_model(config, tokenizer, is_trainable=False, adapters=str(tmp_path / "out"))
-    with torch.no_grad():
-        seen = model(**inputs).loss
-        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
-    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the frames reach the forward"
+    assert_pixels_reach_forward(config, tokenizer, dataset_media(config, tokenizer, [train]), [train[0]],
+                                tmp_path / "out")
 
 
 @pytest.mark.parametrize("preset", ["glm4v", "glm4_5v"])
@@ -407,12 +371,11 @@ def test_glm4v_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm, t
     <|image|> per merged block of its grid between begin and end of image, marked in `mm_token_type_ids` for the
     multimodal rotary positions; the pixels reach the forward (GLM-4.5V's mixture of experts too), and the run
     trains and saves processor files that load."""
-    import torch
     from transformers import AutoImageProcessor
 
-    from tuneline.data import build_collator, build_dataset, load_processed
+    from tuneline.data import build_dataset, load_processed
     from tuneline.data.mm.run_media import dataset_media
-    from tuneline.model import load_model, load_tokenizer
+    from tuneline.model import load_tokenizer
     from tuneline.train.sft import run
 
     config = sft_config(tiny_vlm, tmp_path, preset)
@@ -436,9 +399,4 @@ def test_glm4v_trains_on_images_with_the_image_half_of_its_processor(tiny_vlm, t
     for folder in (out, out / "checkpoint-2"):
         assert AutoImageProcessor.from_pretrained(folder).merge_size == 2, folder
 
-    model = load_model(config, tokenizer, is_trainable=False, adapters=str(out))
-    inputs = build_collator("sft", tokenizer, media=media)([train[0], train[1]])
-    with torch.no_grad():
-        seen = model(**inputs).loss
-        blind = model(**{**inputs, "pixel_values": inputs["pixel_values"] * 0}).loss
-    assert torch.isfinite(seen) and not torch.isclose(seen, blind), "the pixels reach the forward"
+    assert_pixels_reach_forward(config, tokenizer, media, [train[0], train[1]], out)
