@@ -67,9 +67,18 @@ def test_keys_ray_cannot_honour_here_are_refused_with_what_to_do(tmp_path):
 
 
 def test_a_cluster_is_refused_paths_no_other_machine_sees(tmp_path):
+    """A check of the machine the flow runs on (where relative paths resolve): `tuneline train` makes it, a trigger
+    from a laptop leaves it to the worker."""
+    from tuneline.errors import UserError
+    from tuneline.pipeline.preflight import checked_config
+
     text = BASE + f"ray_address: 10.0.0.5:6379\noutput_dir: {tmp_path / 'out'}\npipeline_cache_dir: /shared/cache\n"
-    message = problems_of(tmp_path, text)
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(UserError) as caught:
+        checked_config(tmp_path / "c.yaml")
+    message = str(caught.value)
     assert f"'output_dir: {tmp_path / 'out'}' is in /tmp" in message and "pipeline_cache_dir" not in message
+    assert checked_config(tmp_path / "c.yaml", machine=False).ray.address == "10.0.0.5:6379"
     local = loaded(tmp_path, BASE + f"use_ray: true\noutput_dir: {tmp_path / 'out'}\n")  # a local Ray: one machine
     assert local.ray.local
 

@@ -186,14 +186,15 @@ def ray_run_problems(config) -> list[str]:
     if pipe.num_machines > 1:
         problems.append(f"'num_machines: {pipe.num_machines}': on Ray the cluster places the workers over its "
                         "machines; remove 'num_machines', 'machine_rank' and 'main_process_ip'")
-    if not settings.local:
-        problems += unreachable_paths(config)
     return problems
 
 
 def unreachable_paths(config) -> list[str]:
     """On a cluster the workers run on other machines, in the flow's working folder: paths they read or write are
-    refused where it is plain that no other machine sees them (a machine-local folder such as /tmp)."""
+    refused where it is plain that no other machine sees them (a machine-local folder such as /tmp). A check of the
+    machine the flow runs on, where relative paths resolve."""
+    if config.ray is None or config.ray.local:
+        return []
     paths = {"output_dir": config.training.get("output_dir"),
              "pipeline_cache_dir": config.pipeline.pipeline_cache_dir}
     if Path(config.model.model_name_or_path or "").exists():  # a model from a hub is fetched by each worker

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tuneline.config import RunConfig, load_config
 from tuneline.config.optimizer_keys import optimizer_problems
+from tuneline.config.ray_keys import unreachable_paths
 from tuneline.config.secrets import is_secret
 from tuneline.config.validate import badam_problems
 from tuneline.data.stop_words import stop_word_problem
@@ -73,7 +74,7 @@ def machine_and_library_problems(config: RunConfig) -> list[str]:
         cuda = gpu_count() > 0 and not config.training.get("use_cpu")
     problems = (template_problems(config) + missing_requirements(config, cuda) + hub_token_problems(config)
                 + hub_media_problems(config))
-    problems += grpo_machine_problems(config, cuda) + cluster_problems(config)
+    problems += grpo_machine_problems(config, cuda) + cluster_problems(config) + unreachable_paths(config)
     if cuda and not config.pipeline.num_processes and not badam_problems(config):  # one process per GPU
         problems += badam_problems(config, gpu_count())
     if cuda and not config.pipeline.num_processes and not optimizer_problems(config):
