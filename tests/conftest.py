@@ -185,3 +185,17 @@ def fake_checkpoint():
         return ckpt
 
     return write
+
+
+@pytest.fixture(scope="module")
+def chaos():
+    """benchmarks/chaos.py as a module: the fault suite's runs, kills and checks, shared with `make chaos`."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("chaos", Path(__file__).resolve().parents[1] / "benchmarks" /
+                                                  "chaos.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["chaos"] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
