@@ -189,6 +189,13 @@ def step_states(output: str) -> dict[str, list[str]]:
     return states
 
 
+def finished_task_runs(output: str) -> list[str]:
+    """The task runs ("evaluate base", "evaluate tuned", ...) that finished, Completed or Cached: a step such as
+    evaluate has several, and a kill between them leaves some to compute on the rerun."""
+    return [name for name, state in re.findall(r"Task run '([^']*)' - Finished in state (\w+)", output)
+            if state in ("Completed", "Cached")]
+
+
 def finished_steps(output: str) -> list[str]:
     """Steps whose every run finished (Completed or Cached) before the flow died."""
     return [s for s in STEPS if s in (states := step_states(output))
@@ -274,12 +281,12 @@ class Suite:
         flow.kill_tree()
         if not reached:
             return Outcome(case, expected, "the kill point was never reached (flow ended first)", False)
-        before = finished_steps(flow.output())
+        before, runs_before = finished_steps(flow.output()), finished_task_runs(flow.output())
         code, output = run_to_end(config, root, "rerun")
         if code != 0:
             return Outcome(case, expected, f"rerun exited {code}: {output[-300:]!r}", False)
-        states = step_states(output)
-        recomputed = [s for s in before if set(states.get(s, [])) != {"Cached"}]
+        cached = set(re.findall(r"Task run '([^']*)' - Finished in state Cached", output))
+        recomputed = [run for run in runs_before if run not in cached]
         runs = tracked(root)[0]
         problems = differences(root, baseline) + (["a traceback in the rerun's output"] if TRACEBACK in output else [])
         resumed = (json.loads((root / "out" / "run.json").read_text()).get("resumed_step")
