@@ -251,6 +251,7 @@ class Suite:
         self.workdir = workdir
         self.model_dir = model_dir
         self._baselines: dict[str, Path] = {}
+        self._seconds: dict[str, float] = {}  # how long each baseline's command took, start to exit
 
     def folder(self, case: str) -> Path:
         path = self.workdir / re.sub(r"[^a-z0-9]+", "-", case.split(" (")[0].lower()).strip("-")
@@ -262,11 +263,18 @@ class Suite:
         tag = json.dumps(changes, sort_keys=True)
         if tag not in self._baselines:
             root = self.folder(f"baseline-{len(self._baselines)}")
+            started = time.monotonic()
             code, output = run_to_end(tiny_config(root, self.model_dir, **changes), root, "run")
             if code != 0:
                 raise RuntimeError(f"the baseline run failed:\n{output[-3000:]}")
-            self._baselines[tag] = root
+            self._baselines[tag], self._seconds[tag] = root, time.monotonic() - started
         return self._baselines[tag]
+
+    def baseline_seconds(self, **changes) -> float:
+        """How long the uninterrupted command took on this machine: fixed-time kills are fractions of it, so they
+        land inside the run on a fast machine and a loaded one alike."""
+        self.baseline(**changes)
+        return self._seconds[json.dumps(changes, sort_keys=True)]
 
     def kill_and_rerun(self, case: str, point: Callable[[Path], bool],
                        hook: Callable[[Path], dict[str, str]] | None = None, **changes) -> Outcome:
@@ -737,7 +745,9 @@ INSTANTS: dict[str, Callable[[Suite], Outcome]] = {
     "kill at the trainer's readme": kill_at("kill as README.md first appears (the trainer's, as training ends)",
                                             file_written("out", "README.md")),
     "kill at the card": kill_at("kill as the model card is written (README.md becomes tuneline's)", card_written),
-    **{f"kill at {t} s": kill_at(f"kill {t} s into the run", seconds_in(t)) for t in (10, 20, 40, 60)},
+    **{f"kill at {p}% of the run": lambda suite, p=p: suite.kill_and_rerun(
+        f"kill {p}% of the uninterrupted run's time into the run", seconds_in(p / 100 * suite.baseline_seconds()))
+       for p in (20, 40, 60, 80)},
     "dpo: kill after build-reference-model": kill_at("dpo: kill after build-reference-model finished",
                                                      step_finished("build-reference-model"), **DPO),
     "dpo: kill at checkpoint-2": kill_at("dpo: kill as checkpoint-2 is published",
