@@ -90,6 +90,58 @@ def preference_trainer(trainer_class, config, policy, tokenizer, datasets, ref_m
     return build_trainer(config, spec, policy, tokenizer, datasets, build_collator(config.stage, tokenizer), [])
 
 
+def preference_config(tmp_path: Path, model_dir: Path, cache_dir: Path, **values):
+    """The dpo and kto tests' tiny run on the demo data (`values`: the stage, its dataset and sizes, and each
+    test's changes): short rows, batches of 4, no checkpoint and no evaluation unless a test asks."""
+    from tuneline.config import load_config
+
+    base = {"model_name_or_path": str(model_dir), "dataset_dir": str(REPO_ROOT / "data"), "cutoff_len": 64,
+            "output_dir": str(tmp_path / "out"), "pipeline_cache_dir": str(cache_dir),
+            "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8, "save_strategy": "no",
+            "eval_strategy": "no", "seed": 0, "disable_tqdm": True}
+    return load_config(overrides={**base, **values})
+
+
+def trainer_log_entries(output_dir: Path) -> list[dict]:
+    """Every line of a training's trainer_log.jsonl (a line that is not JSON fails the test)."""
+    return [json.loads(line) for line in (Path(output_dir) / "trainer_log.jsonl").read_text().splitlines()]
+
+
+def train_split_as_eval(ref: dict, folder: Path) -> dict:
+    """The stored dataset with its train split also as the eval split, so evaluation before and after training
+    measures what a preference stage optimises. (Held-out rows barely move on the randomly initialised tiny model:
+    it has no language to generalise from, so held-out accuracy hovers at 0.55-0.7 and would make a flaky test.)"""
+    from datasets import DatasetDict
+
+    from tuneline.content.step_cache import cached_step
+    from tuneline.data import load_processed
+
+    train = load_processed(ref)["train"]
+    return cached_step(folder, "test", "train-as-eval",
+                       lambda out: DatasetDict({"train": train, "validation": train}).save_to_disk(str(out)) or {})
+
+
+def live_and_stored_metrics(live, stored, policy, stored_column: str) -> list[dict]:
+    """On training rows 0-3, then 4-11: a trainer with a live reference model (`live`) and one reading the rows'
+    precomputed reference log-probs (`stored`, whose batches alone hold `stored_column`) give the same loss and
+    metrics (1e-5). Returns the live metrics of each batch."""
+    import pytest
+
+    seen = []
+    for rows in (range(0, 4), range(4, 12)):
+        batch_live = live.data_collator([live.train_dataset[i] for i in rows])
+        batch_stored = stored.data_collator([stored.train_dataset[i] for i in rows])
+        assert stored_column in batch_stored and stored_column not in batch_live
+        loss_live, metrics_live = live.batch_loss(policy, batch_live)
+        loss_stored, metrics_stored = stored.batch_loss(policy, batch_stored)
+        assert abs(loss_live.item() - loss_stored.item()) < 1e-5
+        assert metrics_live.keys() == metrics_stored.keys()
+        for name, value in metrics_live.items():
+            assert metrics_stored[name] == pytest.approx(value, abs=1e-5), name
+        seen.append(metrics_live)
+    return seen
+
+
 def nudge(model, scale=0.05):
     """Move the trainable weights so the policy differs from its reference."""
     import torch

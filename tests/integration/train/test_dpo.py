@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import json
 import math
 from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.support.training import grad_enabled_per_forward, nudge, preference_trainer
-from tuneline.config import load_config
-from tuneline.content.step_cache import cached_step
+from tests.support.training import (
+    grad_enabled_per_forward,
+    live_and_stored_metrics,
+    nudge,
+    preference_config,
+    preference_trainer,
+    train_split_as_eval,
+    trainer_log_entries,
+)
 from tuneline.data import build_dataset, load_processed
 from tuneline.model import load_model, load_tokenizer
 from tuneline.reference import build_reference_logps, load_reference_model
 from tuneline.train.dpo import DPOTrainer
 
-DATA = Path(__file__).resolve().parents[3] / "data"
+# the stage, its data and sizes on preference_config's tiny run
+STAGE = {"stage": "dpo", "dataset": "demo_pref", "max_samples": 64, "val_size": 16, "logging_steps": 5}
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +32,7 @@ def cache_dir(tmp_path_factory) -> Path:
 
 
 def make_config(tmp_path, model_dir, cache_dir, **overrides):
-    values = {"model_name_or_path": str(model_dir), "stage": "dpo", "dataset": "demo_pref",
-              "dataset_dir": str(DATA), "cutoff_len": 64, "max_samples": 64, "val_size": 16,
-              "output_dir": str(tmp_path / "out"), "pipeline_cache_dir": str(cache_dir),
-              "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8, "save_strategy": "no",
-              "eval_strategy": "no", "logging_steps": 5, "seed": 0, "disable_tqdm": True, **overrides}
-    return load_config(overrides=values)
+    return preference_config(tmp_path, model_dir, cache_dir, **{**STAGE, **overrides})
 
 
 make_trainer = partial(preference_trainer, DPOTrainer)
@@ -53,17 +54,8 @@ def test_precomputed_and_live_reference_agree(tmp_path, tiny_model_dir, cache_di
                         load_reference_model(config, tokenizer))
     stored = make_trainer(config, policy, tokenizer, load_processed(ref_ref), None)
     assert (live.ref_model is None) == (finetuning_type == "lora")  # LoRA: the policy with adapter disabled
-    for rows in (range(0, 4), range(4, 12)):
-        batch_live = live.data_collator([live.train_dataset[i] for i in rows])
-        batch_stored = stored.data_collator([stored.train_dataset[i] for i in rows])
-        assert "ref_chosen_logps" in batch_stored and "ref_chosen_logps" not in batch_live
-        loss_live, metrics_live = live.batch_loss(policy, batch_live)
-        loss_stored, metrics_stored = stored.batch_loss(policy, batch_stored)
-        assert abs(loss_live.item() - loss_stored.item()) < 1e-5
-        assert metrics_live.keys() == metrics_stored.keys()
-        for name, value in metrics_live.items():
-            assert metrics_stored[name] == pytest.approx(value, abs=1e-5), name
-        assert abs(metrics_live["rewards/margins"]) > 1e-4  # the policy really differs from the reference
+    for metrics in live_and_stored_metrics(live, stored, policy, "ref_chosen_logps"):
+        assert abs(metrics["rewards/margins"]) > 1e-4  # the policy really differs from the reference
 
 
 def test_reference_step_is_a_cache_hit_across_beta_and_loss(tmp_path, tiny_model_dir, cache_dir):
@@ -75,21 +67,6 @@ def test_reference_step_is_a_cache_hit_across_beta_and_loss(tmp_path, tiny_model
         assert again["cache_hit"] and again["path"] == first["path"], overrides
 
 
-def read_log(output_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
-
-
-def evaluated_on_train_pairs(ref: dict, folder: Path) -> dict:
-    """The stored dataset with its train split also as the eval split, so evaluation before and after training
-    measures what DPO optimises. (Held-out pairs barely move on the randomly initialised tiny model: it has no
-    language to generalise from, so held-out accuracy hovers at 0.55-0.7 and would make a flaky test.)"""
-    from datasets import DatasetDict
-
-    train = load_processed(ref)["train"]
-    return cached_step(folder, "test", "train-as-eval",
-                       lambda out: DatasetDict({"train": train, "validation": train}).save_to_disk(str(out)) or {})
-
-
 def test_lora_dpo_raises_reward_accuracy_with_precomputed_reference(tmp_path, tiny_model_dir, cache_dir):
     from tuneline.train.dpo import run
 
@@ -98,8 +75,8 @@ def test_lora_dpo_raises_reward_accuracy_with_precomputed_reference(tmp_path, ti
                          eval_strategy="steps", eval_steps=24, eval_on_start=True)
     ref = build_reference_logps(config, build_dataset(config))
     assert ref["rows"] == {"train": 32, "validation": 8}
-    result = run(config, evaluated_on_train_pairs(ref, tmp_path / "eval-data"), [])
-    log = read_log(config.output_dir)
+    result = run(config, train_split_as_eval(ref, tmp_path / "eval-data"), [])
+    log = trainer_log_entries(config.output_dir)
     train_log = [e for e in log if "rewards/accuracies" in e]
     evals = [e for e in log if "eval_rewards/accuracies" in e]
     assert [e["current_steps"] for e in evals] == [0, 24]  # on start and at eval_steps (the final weights: not again)
@@ -128,7 +105,7 @@ def test_reference_free_losses_train_without_reference(tmp_path, tiny_model_dir,
     ref = build_reference_logps(config, build_dataset(config))
     assert ref["needed"] is False
     run(config, build_dataset(config), [])
-    log = read_log(config.output_dir)
+    log = trainer_log_entries(config.output_dir)
     assert all(e["loss"] > 0 for e in log if "loss" in e)
     if pref_loss == "orpo":
         assert "sft_loss" in log[0] and "odds_ratio_loss" in log[0]

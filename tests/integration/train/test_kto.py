@@ -3,7 +3,6 @@ steps on the demo data raise rewards/accuracies."""
 
 from __future__ import annotations
 
-import json
 import math
 from functools import partial
 from pathlib import Path
@@ -11,16 +10,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.training import grad_enabled_per_forward, nudge, preference_trainer
-from tuneline.config import load_config
-from tuneline.content.step_cache import cached_step
+from tests.support.training import (
+    grad_enabled_per_forward,
+    live_and_stored_metrics,
+    nudge,
+    preference_config,
+    preference_trainer,
+    train_split_as_eval,
+    trainer_log_entries,
+)
 from tuneline.data import build_dataset, load_processed
 from tuneline.model import load_model, load_tokenizer
 from tuneline.objectives.logps import completion_logps
 from tuneline.reference import build_reference_logps, load_reference_model
 from tuneline.train.kto import KTOTrainer
 
-DATA = Path(__file__).resolve().parents[3] / "data"
+# the stage, its data and sizes on preference_config's tiny run
+STAGE = {"stage": "kto", "dataset": "demo_kto", "max_samples": 48, "val_size": 8, "logging_steps": 8}
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +35,7 @@ def cache_dir(tmp_path_factory) -> Path:
 
 
 def make_config(tmp_path, model_dir, cache_dir, **overrides):
-    values = {"model_name_or_path": str(model_dir), "stage": "kto", "dataset": "demo_kto",
-              "dataset_dir": str(DATA), "cutoff_len": 64, "max_samples": 48, "val_size": 8,
-              "output_dir": str(tmp_path / "out"), "pipeline_cache_dir": str(cache_dir),
-              "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8, "save_strategy": "no",
-              "eval_strategy": "no", "logging_steps": 8, "seed": 0, "disable_tqdm": True, **overrides}
-    return load_config(overrides=values)
+    return preference_config(tmp_path, model_dir, cache_dir, **{**STAGE, **overrides})
 
 
 make_trainer = partial(preference_trainer, KTOTrainer)
@@ -53,16 +54,8 @@ def test_precomputed_and_live_reference_agree(tmp_path, tiny_model_dir, cache_di
                         load_reference_model(config, tokenizer))
     stored = make_trainer(config, policy, tokenizer, load_processed(ref_ref), None)
     assert (live.ref_model is None) == (finetuning_type == "lora")
-    for rows in (range(0, 4), range(4, 12)):
-        batch_live = live.data_collator([live.train_dataset[i] for i in rows])
-        batch_stored = stored.data_collator([stored.train_dataset[i] for i in rows])
-        assert "ref_kl_logps" in batch_stored and "ref_kl_logps" not in batch_live
-        loss_live, metrics_live = live.batch_loss(policy, batch_live)
-        loss_stored, metrics_stored = stored.batch_loss(policy, batch_stored)
-        assert abs(loss_live.item() - loss_stored.item()) < 1e-5
-        assert metrics_live.keys() == metrics_stored.keys() >= {"kl", "rewards/accuracies"}
-        for name, value in metrics_live.items():
-            assert metrics_stored[name] == pytest.approx(value, abs=1e-5), name
+    for metrics in live_and_stored_metrics(live, stored, policy, "ref_kl_logps"):
+        assert metrics.keys() >= {"kl", "rewards/accuracies"}
 
 
 def test_kl_baseline_is_the_mean_log_ratio_of_the_mismatched_pairs(tmp_path, tiny_model_dir, cache_dir):
@@ -90,20 +83,6 @@ def test_kl_baseline_is_the_mean_log_ratio_of_the_mismatched_pairs(tmp_path, tin
     assert 0 < desirable.sum() < len(desirable)
 
 
-def read_log(output_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (output_dir / "trainer_log.jsonl").read_text().splitlines()]
-
-
-def evaluated_on_train_rows(ref: dict, folder: Path) -> dict:
-    """The stored dataset with its train split also as the eval split (see test_dpo: held-out rows barely move
-    on the randomly initialised tiny model)."""
-    from datasets import DatasetDict
-
-    train = load_processed(ref)["train"]
-    return cached_step(folder, "test", "train-as-eval",
-                       lambda out: DatasetDict({"train": train, "validation": train}).save_to_disk(str(out)) or {})
-
-
 def test_lora_kto_raises_reward_accuracy_with_precomputed_reference(tmp_path, tiny_model_dir, cache_dir):
     from tuneline.train.kto import run
 
@@ -111,8 +90,8 @@ def test_lora_kto_raises_reward_accuracy_with_precomputed_reference(tmp_path, ti
                          lr_scheduler_type="constant", max_samples=40, val_size=8, eval_strategy="steps",
                          eval_steps=24, eval_on_start=True)
     ref = build_reference_logps(config, build_dataset(config))
-    result = run(config, evaluated_on_train_rows(ref, tmp_path / "eval-data"), [])
-    log = read_log(config.output_dir)
+    result = run(config, train_split_as_eval(ref, tmp_path / "eval-data"), [])
+    log = trainer_log_entries(config.output_dir)
     train_log = [e for e in log if "rewards/accuracies" in e]
     evals = [e for e in log if "eval_rewards/accuracies" in e]
     assert [e["current_steps"] for e in evals] == [0, 24]  # the loop scored the final weights: not evaluated again
